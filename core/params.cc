@@ -152,7 +152,6 @@ Environment processEnvironment() {
   Environment env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     std::string_view text(*entry);
-    if (text.substr(0, 5) != "WEFT_") continue;
     size_t eq = text.find('=');
     if (eq == std::string_view::npos) continue;
     env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
