@@ -430,6 +430,75 @@ class FileParser {
   Config& config_;
 };
 
+// toml++ bounds the nesting of arrays and inline tables but not of dotted keys, and recurses once per level when it
+// builds and frees the tree: "k.k.k...= 1" with ~50000 dots overflows an 8 MiB stack. A dotted key or table header
+// lies on one line, so capping the dots per line (outside strings and comments) caps the depth before toml++ runs.
+constexpr int kMaxDotsPerLine = 64;
+
+void checkKeyDepth(std::string_view text, const std::string& source) {
+  enum class State { kNormal, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
+  State state = State::kNormal;
+  int line = 1, dots = 0;
+  size_t lineStart = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      dots = 0;
+      lineStart = i + 1;
+      if (state != State::kMultiBasic && state != State::kMultiLiteral) state = State::kNormal;
+      continue;
+    }
+    std::string_view ahead = text.substr(i, 3);
+    switch (state) {
+      case State::kNormal:
+        if (c == '#') {
+          state = State::kComment;
+        } else if (ahead == "\"\"\"") {
+          state = State::kMultiBasic;
+          i += 2;
+        } else if (ahead == "'''") {
+          state = State::kMultiLiteral;
+          i += 2;
+        } else if (c == '"') {
+          state = State::kBasic;
+        } else if (c == '\'') {
+          state = State::kLiteral;
+        } else if (c == '.' && ++dots > kMaxDotsPerLine) {
+          throw Error(ErrorCode::kConfigError,
+                      source + ":" + std::to_string(line) + ":" + std::to_string(i - lineStart + 1) + ": more than " +
+                          std::to_string(kMaxDotsPerLine) + " '.' on one line: keys nest too deep");
+        }
+        break;
+      case State::kComment: break;
+      case State::kBasic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
+          ++i;
+        } else if (c == '"') {
+          state = State::kNormal;
+        }
+        break;
+      case State::kLiteral:
+        if (c == '\'') state = State::kNormal;
+        break;
+      case State::kMultiBasic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') {
+          ++i;  // an escaped character, which may be a quote
+        } else if (ahead == "\"\"\"") {
+          state = State::kNormal;
+          i += 2;
+        }
+        break;
+      case State::kMultiLiteral:
+        if (ahead == "'''") {
+          state = State::kNormal;
+          i += 2;
+        }
+        break;
+    }
+  }
+}
+
 // ---- the environment ----
 
 [[noreturn]] void failVariable(const std::string& name, const std::string& value, const std::string& what) {
@@ -580,6 +649,7 @@ Config Config::defaults() {
 Config Config::parse(std::string_view tomlText, const std::string& sourceName) {
   Config config = defaults();
   config.source = sourceName;
+  checkKeyDepth(tomlText, sourceName);
   toml::table root;
   try {
     root = toml::parse(tomlText, sourceName);

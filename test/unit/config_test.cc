@@ -206,6 +206,27 @@ TEST(ConfigTest, BadTomlSyntax) {
   EXPECT_EQ(message.rfind("weft.toml:1:", 0), 0u) << message;
 }
 
+// toml++ recurses once per level of a dotted key; a hostile file must get an error, not a stack overflow.
+TEST(ConfigTest, DeeplyDottedKeysAreRefusedBeforeParsing) {
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "k.";
+  EXPECT_EQ(parseError("\n" + deep + "k = 1\n"), "weft.toml:2:130: more than 64 '.' on one line: keys nest too deep");
+  EXPECT_EQ(parseError("[" + deep + "k]\n"), "weft.toml:1:131: more than 64 '.' on one line: keys nest too deep");
+  // 64 levels are fine TOML (and then an unknown key); dots in strings and comments do not count.
+  std::string ok;
+  for (int i = 0; i < 64; ++i) ok += "k.";
+  EXPECT_EQ(parseError(ok + "k = 1\n"),
+            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, log)");
+  std::string dots(500, '.');
+  Config c = Config::parse("[transport.acme]\na = \"" + dots + "\"  # " + dots + "\nb = '" + dots + "'\nc = \"\"\"\n" +
+                               dots + "\\\"\"\"\n" + dots + "\n\"\"\"\nd = \'\'\'" + dots + "\'\'\'\n",
+                           "t");
+  EXPECT_EQ(c.optionsFor("acme").at("a"), dots);
+  EXPECT_EQ(c.optionsFor("acme").at("b"), dots);
+  EXPECT_EQ(c.optionsFor("acme").at("c"), dots + "\"\"\"\n" + dots + "\n");
+  EXPECT_EQ(c.optionsFor("acme").at("d"), dots);
+}
+
 TEST(ConfigTest, UnknownOptionOfAKnownTransport) {
   EXPECT_EQ(parseError("[transport.ibverbs]\nport = 1\ngid = 3\n"),
             "weft.toml:3:1: unknown option 'gid' of transport 'ibverbs' (known: device, port, gid_index, qps_per_peer, "
