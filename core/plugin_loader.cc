@@ -1,0 +1,136 @@
+#include "plugin_loader.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <set>
+#include <weft/error.hpp>
+#include <weft/params.hpp>
+
+#include "logging.hpp"
+
+namespace weft {
+namespace {
+
+constexpr const char* kPrefix = "libweft-transport-";
+constexpr const char* kSuffix = ".so";
+
+bool validPluginName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+}
+
+void appendColonList(const std::string& list, std::vector<std::string>& out) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(':', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+/// The directory holding libweft.so itself, found through an address inside it.
+std::string libweftDirectory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&libweftDirectory), &info) == 0 || info.dli_fname == nullptr) return "";
+  std::string file = info.dli_fname;
+  size_t slash = file.rfind('/');
+  return slash == std::string::npos ? "" : file.substr(0, slash);
+}
+
+bool isRegularFile(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+SharedLibrary::SharedLibrary(const std::string& path) : path_(path) {
+  dlerror();  // clear a stale message
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle_ == nullptr) {
+    const char* why = dlerror();
+    throw Error(ErrorCode::kPluginError,
+                "cannot load plugin " + path + ": dlopen failed: " + (why != nullptr ? why : "unknown reason"));
+  }
+}
+
+SharedLibrary::~SharedLibrary() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+void* SharedLibrary::symbol(const char* name) const {
+  dlerror();
+  return dlsym(handle_, name);
+}
+
+std::string transportPluginFileName(const std::string& name) { return kPrefix + name + kSuffix; }
+
+std::vector<std::string> pluginSearchPath(const std::vector<std::string>& extraPath) {
+  std::vector<std::string> dirs;
+  for (const auto& d : extraPath) appendColonList(d, dirs);
+  if (auto env = paramString("WEFT_PLUGIN_PATH")) appendColonList(*env, dirs);
+  dirs.push_back(WEFT_PLUGIN_BUILD_DIR);
+  dirs.push_back(WEFT_PLUGIN_INSTALL_DIR);
+  std::string own = libweftDirectory();
+  if (!own.empty()) dirs.push_back(own + "/weft");
+  std::vector<std::string> unique;
+  std::set<std::string> seen;
+  for (auto& d : dirs) {
+    while (d.size() > 1 && d.back() == '/') d.pop_back();
+    if (seen.insert(d).second) unique.push_back(d);
+  }
+  return unique;
+}
+
+std::string findTransportPlugin(const std::string& name, const std::vector<std::string>& extraPath) {
+  if (!validPluginName(name)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "transport plugin name '" + name + "' is not 1-63 characters of letters, digits, '_' or '-'");
+  }
+  const std::string file = transportPluginFileName(name);
+  const auto dirs = pluginSearchPath(extraPath);
+  std::string searched;
+  for (const auto& d : dirs) {
+    std::string candidate = d + "/" + file;
+    if (isRegularFile(candidate)) {
+      logDebug(LogSubsys::kPlugin, "transport plugin '{}' found at {}", name, candidate);
+      return candidate;
+    }
+    searched += (searched.empty() ? "" : ", ") + d;
+  }
+  throw Error(ErrorCode::kPluginError, "transport plugin '" + name + "' not found: no " + file + " in " + searched +
+                                           " (set WEFT_PLUGIN_PATH or plugins.path to its directory)");
+}
+
+std::vector<TransportPluginFile> listTransportPlugins(const std::vector<std::string>& extraPath) {
+  std::vector<TransportPluginFile> found;
+  std::set<std::string> names;
+  const std::string prefix = kPrefix, suffix = kSuffix;
+  for (const auto& d : pluginSearchPath(extraPath)) {
+    DIR* dir = opendir(d.c_str());
+    if (dir == nullptr) continue;
+    std::vector<std::string> entries;
+    while (dirent* e = readdir(dir)) entries.emplace_back(e->d_name);
+    closedir(dir);
+    std::sort(entries.begin(), entries.end());
+    for (const auto& f : entries) {
+      if (f.size() <= prefix.size() + suffix.size() || f.compare(0, prefix.size(), prefix) != 0 ||
+          f.compare(f.size() - suffix.size(), suffix.size(), suffix) != 0) {
+        continue;
+      }
+      std::string path = d + "/" + f;
+      if (!isRegularFile(path)) continue;
+      std::string name = f.substr(prefix.size(), f.size() - prefix.size() - suffix.size());
+      bool shadowed = !names.insert(name).second;
+      found.push_back({name, path, shadowed});
+    }
+  }
+  return found;
+}
+
+}  // namespace weft

@@ -1,0 +1,191 @@
+// The plugin loader against real shared objects: the broken plugins of test/plugins and the real host transport.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <weft/error.hpp>
+
+#include "plugin_loader.hpp"
+#include "transport_plugin.hpp"
+
+namespace weft {
+namespace {
+
+const std::string kTestDir = WEFT_TEST_PLUGIN_DIR;
+
+/// Runs `f`, which must throw weft::Error of `code`; returns its message.
+template <class F>
+std::string errorOf(ErrorCode code, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << "no weft::Error thrown";
+  return "";
+}
+
+/// Sets WEFT_PLUGIN_PATH for one test and restores the previous value.
+class ScopedPluginPath {
+ public:
+  explicit ScopedPluginPath(const std::string& value) {
+    if (const char* old = std::getenv("WEFT_PLUGIN_PATH")) old_ = old, hadOld_ = true;
+    setenv("WEFT_PLUGIN_PATH", value.c_str(), 1);
+  }
+  ~ScopedPluginPath() {
+    if (hadOld_) {
+      setenv("WEFT_PLUGIN_PATH", old_.c_str(), 1);
+    } else {
+      unsetenv("WEFT_PLUGIN_PATH");
+    }
+  }
+
+ private:
+  std::string old_;
+  bool hadOld_ = false;
+};
+
+/// A fresh directory, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/weft-plugin-test-XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(PluginLoaderTest, MissingPluginListsEveryDirectorySearched) {
+  ScopedPluginPath env("/tmp/weft-env-dir-1:/tmp/weft-env-dir-2");
+  std::string msg =
+      errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("nosuchtransport", {"/tmp/weft-extra-dir"}, {}); });
+  EXPECT_NE(msg.find("libweft-transport-nosuchtransport.so"), std::string::npos) << msg;
+  for (const char* dir : {"/tmp/weft-extra-dir", "/tmp/weft-env-dir-1", "/tmp/weft-env-dir-2", WEFT_PLUGIN_BUILD_DIR}) {
+    EXPECT_NE(msg.find(dir), std::string::npos) << dir << " missing from: " << msg;
+  }
+  // Search order: explicit list, then WEFT_PLUGIN_PATH, then the build tree.
+  EXPECT_LT(msg.find("/tmp/weft-extra-dir"), msg.find("/tmp/weft-env-dir-1"));
+  EXPECT_LT(msg.find("/tmp/weft-env-dir-2"), msg.find(WEFT_PLUGIN_BUILD_DIR));
+}
+
+TEST(PluginLoaderTest, NameWithPathCharactersIsRefused) {
+  std::string msg = errorOf(ErrorCode::kInvalidArgument, [] { loadTransportPlugin("../../etc/x", {kTestDir}, {}); });
+  EXPECT_NE(msg.find("../../etc/x"), std::string::npos) << msg;
+}
+
+TEST(PluginLoaderTest, WrongAbiVersionSaysFoundAndExpected) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("badabi", {kTestDir}, {}); });
+  EXPECT_NE(msg.find("ABI version 99, expected 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(kTestDir + "/libweft-transport-badabi.so"), std::string::npos) << msg;
+}
+
+TEST(PluginLoaderTest, MissingSymbolIsNamed) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("nosymbol", {kTestDir}, {}); });
+  EXPECT_NE(msg.find("does not export weftTransportPlugin_v1"), std::string::npos) << msg;
+}
+
+TEST(PluginLoaderTest, NotASharedObjectCarriesDlerrorText) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("notelf", {kTestDir}, {}); });
+  EXPECT_NE(msg.find("dlopen failed"), std::string::npos) << msg;
+  // glibc says "invalid ELF header" or "file too short"; either way it names the file.
+  EXPECT_TRUE(msg.find("ELF") != std::string::npos || msg.find("too short") != std::string::npos) << msg;
+  EXPECT_NE(msg.find("libweft-transport-notelf.so:"), std::string::npos) << msg;
+}
+
+TEST(PluginLoaderTest, TooSmallTableIsRefused) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("smalltable", {kTestDir}, {}); });
+  EXPECT_NE(msg.find("table of 16 bytes, expected at least 200"), std::string::npos) << msg;
+}
+
+TEST(PluginLoaderTest, InitFailureCarriesThePluginsMessage) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("initfail", {kTestDir}, {}); });
+  EXPECT_NE(msg.find("failed to initialize (system error)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the device /dev/initfail0 is missing"), std::string::npos) << msg;
+}
+
+TEST(PluginLoaderTest, WeftPluginPathIsHonoured) {
+  // Not found without the test directory on the path...
+  errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("minimal", {}, {}); });
+  // ...found through WEFT_PLUGIN_PATH alone (an empty and a missing entry are skipped).
+  ScopedPluginPath env("::/nonexistent-weft-dir:" + kTestDir);
+  auto plugin = loadTransportPlugin("minimal", {}, {});
+  EXPECT_EQ(plugin->path(), kTestDir + "/libweft-transport-minimal.so");
+  EXPECT_EQ(plugin->name(), "minimal");
+}
+
+TEST(PluginLoaderTest, ExplicitPathComesBeforeWeftPluginPath) {
+  TempDir dir;
+  std::filesystem::copy_file(kTestDir + "/libweft-transport-minimal.so", dir.path() + "/libweft-transport-minimal.so");
+  ScopedPluginPath env(kTestDir);
+  auto plugin = loadTransportPlugin("minimal", {dir.path()}, {});
+  EXPECT_EQ(plugin->path(), dir.path() + "/libweft-transport-minimal.so");
+
+  auto listed = listTransportPlugins({dir.path()});
+  int copies = 0;
+  for (const auto& f : listed) {
+    if (f.name != "minimal") continue;
+    EXPECT_EQ(f.shadowed, copies > 0) << f.path;
+    EXPECT_EQ(f.path, (copies == 0 ? dir.path() : kTestDir) + "/libweft-transport-minimal.so");
+    ++copies;
+  }
+  EXPECT_EQ(copies, 2);
+}
+
+TEST(PluginLoaderTest, ListFindsEveryPluginOnThePath) {
+  auto listed = listTransportPlugins({kTestDir});
+  std::set<std::string> names;
+  for (const auto& f : listed) names.insert(f.name);
+  for (const char* n : {"minimal", "badabi", "nosymbol", "notelf", "smalltable", "initfail", "host"}) {
+    EXPECT_TRUE(names.count(n)) << n;
+  }
+}
+
+TEST(PluginLoaderTest, MinimalPluginDevicesAndUnsupportedOperations) {
+  auto plugin = loadTransportPlugin("minimal", {kTestDir}, {});
+  ASSERT_EQ(plugin->devices().size(), 1u);
+  const auto& d = plugin->devices()[0];
+  EXPECT_EQ(d.name, "minimal0");
+  EXPECT_TRUE(d.gpuMemory);
+  EXPECT_FALSE(d.hostMemory);
+  EXPECT_FALSE(d.loadStore);
+  EXPECT_EQ(d.numaNode, 3);
+  EXPECT_EQ(d.gpuDevice, 7);
+  std::string msg = errorOf(ErrorCode::kNotSupported, [&] { plugin->createEndpoint(0); });
+  EXPECT_NE(msg.find("transport 'minimal': createEndpoint failed (not supported)"), std::string::npos) << msg;
+  errorOf(ErrorCode::kInvalidArgument, [&] { plugin->createEndpoint(1); });
+  int x = 0;
+  errorOf(ErrorCode::kNotSupported, [&] { plugin->registerMemory(&x, sizeof(x), MemoryKind::kHost); });
+  errorOf(ErrorCode::kNotSupported, [&] { plugin->importMemory({1, 2, 3}); });
+}
+
+TEST(PluginLoaderTest, HostPluginLoadsFromTheBuildTree) {
+  auto plugin = loadTransportPlugin("host", {}, {});
+  EXPECT_EQ(plugin->path(), std::string(WEFT_PLUGIN_BUILD_DIR) + "/libweft-transport-host.so");
+  ASSERT_EQ(plugin->devices().size(), 1u);
+  EXPECT_TRUE(plugin->devices()[0].hostMemory);
+  EXPECT_TRUE(plugin->devices()[0].loadStore);
+  EXPECT_EQ(plugin->tableSize(), sizeof(weftTransport_v1));
+  // Two loads are two instances of one shared object.
+  auto second = loadTransportPlugin("host", {}, {});
+  EXPECT_NE(plugin->state(), second->state());
+}
+
+TEST(PluginLoaderTest, HostPluginRefusesUnknownOptions) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [] {
+    loadTransportPlugin("host", {}, {{"no_such_option", "1"}});
+  });
+  EXPECT_NE(msg.find("unknown option 'no_such_option'"), std::string::npos) << msg;
+  msg = errorOf(ErrorCode::kPluginError, [] { loadTransportPlugin("host", {}, {{"io_timeout_ms", "soon"}}); });
+  EXPECT_NE(msg.find("io_timeout_ms='soon'"), std::string::npos) << msg;
+  EXPECT_NO_THROW(loadTransportPlugin("host", {}, {{"io_timeout_ms", "500"}}));
+}
+
+}  // namespace
+}  // namespace weft
