@@ -1,0 +1,184 @@
+// weft-bench primitives: put/signal/wait latency and put bandwidth between pairs of ranks over the
+// transport the config chooses (the host transport between processes of one host), each beside a floor
+// measured in the same run on a raw shared buffer.
+#include "primitives_bench.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <weft/communicator.hpp>
+#include <weft/device.hpp>
+#include <weft/error.hpp>
+#include <weft/host_semaphore.hpp>
+#include <weft/shared_host_memory.hpp>
+
+#include "raw_shared_page.hpp"
+
+namespace weft::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void fillPattern(uint8_t* p, uint64_t bytes, uint64_t seed) {
+  for (uint64_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>((i * 131 + seed * 7 + 1) & 0xff);
+}
+
+int countWrong(const uint8_t* p, uint64_t bytes, uint64_t seed) {
+  int wrong = 0;
+  for (uint64_t i = 0; i < bytes; ++i) {
+    if (p[i] != static_cast<uint8_t>((i * 131 + seed * 7 + 1) & 0xff)) ++wrong;
+  }
+  return wrong;
+}
+
+// Raw ping-pong: copy `bytes` into the shared buffer, then a release store of the round number into the
+// peer's flag; the peer spins on it with acquire loads.
+double rawPingPongMicros(RawSharedBuffer& raw, bool first, const uint8_t* src, uint64_t bytes, int iters) {
+  uint64_t* mine = raw.flag(first ? 0 : 1);
+  uint64_t* theirs = raw.flag(first ? 1 : 0);
+  uint64_t base = atomicLoad<MemoryOrder::kAcquire>(mine);
+  uint64_t sent = atomicLoad<MemoryOrder::kAcquire>(theirs);
+  auto waitFor = [&](uint64_t v) {
+    if (!spinWaitUntil([&] { return atomicLoad<MemoryOrder::kAcquire>(mine) >= v; }, WaitBudget{30'000'000'000ull})) {
+      throw Error(ErrorCode::kTimeout, "raw ping-pong: the peer stopped answering");
+    }
+  };
+  auto t = Clock::now();
+  for (int i = 1; i <= iters; ++i) {
+    if (first) {
+      std::memcpy(raw.data(), src, bytes);
+      atomicStore<MemoryOrder::kRelease>(theirs, sent + i);
+      waitFor(base + i);
+    } else {
+      waitFor(base + i);
+      std::memcpy(raw.data(), src, bytes);
+      atomicStore<MemoryOrder::kRelease>(theirs, sent + i);
+    }
+  }
+  return secondsSince(t) * 1e6 / iters / 2;
+}
+
+}  // namespace
+
+std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options) {
+  std::vector<BenchRow> rows;
+  const int rank = boot.rank();
+  const int peer = rank ^ 1;
+  const bool paired = peer < boot.size();
+  const bool first = rank < peer;
+  const auto sizes = options.sizes();
+  const uint64_t maxBytes = sizes.back();
+
+  // Every rank takes part in the collective setup; a rank without a partner (odd size) only waits.
+  auto bootPtr = std::shared_ptr<Bootstrap>(&boot, [](Bootstrap*) {});
+  Communicator comm(bootPtr);
+  boot.barrier();
+  if (!paired) return rows;
+  std::shared_ptr<void> dstStorage = allocSharedHostMemory(maxBytes);
+  std::shared_ptr<void> srcStorage = allocSharedHostMemory(maxBytes);
+  auto* src = static_cast<uint8_t*>(srcStorage.get());
+  auto* dst = static_cast<uint8_t*>(dstStorage.get());
+  RegisteredMemory dstLocal = comm.registerMemory(dst, maxBytes, MemoryKind::kHost);
+  RegisteredMemory srcLocal = comm.registerMemory(src, maxBytes, MemoryKind::kHost);
+  comm.sendMemory(dstLocal, peer, 100);
+  RegisteredMemory remote = comm.recvMemory(peer, 100);
+  std::shared_ptr<Connection> conn = comm.connect(peer, 101);
+  Host2HostSemaphore sem(comm, conn, 102);
+  RawSharedBuffer raw(boot, peer, maxBytes, 103);
+  fillPattern(src, maxBytes, rank);
+  auto pairSync = [&] {
+    if (first) {
+      sem.signal();
+      sem.wait();
+    } else {
+      sem.wait();
+      sem.signal();
+    }
+  };
+
+  // Latency: put + signal, the peer waits and answers the same way.
+  for (uint64_t bytes : sizes) {
+    if (bytes > (1ull << 20)) break;
+    const int iters = options.iterations > 0 ? options.iterations : 2000;
+    BenchRow row{"put+signal latency", "us", bytes, iters};
+    // Check run: the receiver verifies what arrived.
+    if (first) {
+      conn->write(remote, 0, srcLocal, 0, bytes);
+      sem.signal();
+      sem.wait();
+      row.wrong = 0;
+    } else {
+      sem.wait();
+      row.wrong = options.check ? countWrong(dst, bytes, peer) : 0;
+      conn->write(remote, 0, srcLocal, 0, bytes);
+      sem.signal();
+    }
+    auto pingPong = [&](int n) {
+      for (int i = 0; i < n; ++i) {
+        if (first) {
+          conn->write(remote, 0, srcLocal, 0, bytes);
+          sem.signal();
+          sem.wait();
+        } else {
+          sem.wait();
+          conn->write(remote, 0, srcLocal, 0, bytes);
+          sem.signal();
+        }
+      }
+    };
+    pingPong(options.warmup);
+    auto t = Clock::now();
+    pingPong(iters);
+    row.weft = secondsSince(t) * 1e6 / iters / 2;
+    rawPingPongMicros(raw, first, src, bytes, options.warmup);
+    row.floor = rawPingPongMicros(raw, first, src, bytes, iters);
+    rows.push_back(row);
+  }
+
+  // Bandwidth: the lower rank streams puts, each with a signal; the peer waits for all, then acknowledges.
+  for (uint64_t bytes : sizes) {
+    const int iters = options.iterationsFor(bytes);
+    BenchRow row{"put bandwidth", "GB/s", bytes, iters};
+    auto stream = [&](int n) {
+      if (first) {
+        for (int i = 0; i < n; ++i) {
+          conn->write(remote, 0, srcLocal, 0, bytes);
+          sem.signal();
+        }
+        conn->flush();
+        sem.wait();
+      } else {
+        for (int i = 0; i < n; ++i) sem.wait();
+        sem.signal();
+      }
+    };
+    stream(1);
+    if (!first && options.check) row.wrong = countWrong(dst, bytes, peer);
+    stream(std::min(options.warmup, iters));
+    pairSync();
+    auto t = Clock::now();
+    stream(iters);
+    double seconds = secondsSince(t);
+    row.weft = static_cast<double>(bytes) * iters / seconds / 1e9;
+    // Floor: the same bytes copied with memcpy into the raw shared buffer, each copy followed by a release
+    // store of a counter (what a put + signal is at its cheapest).
+    pairSync();
+    t = Clock::now();
+    if (first) {
+      uint64_t* flag = raw.flag(1);
+      for (int i = 0; i < iters; ++i) {
+        std::memcpy(raw.data(), src, bytes);
+        atomicStore<MemoryOrder::kRelease>(flag, atomicLoad<MemoryOrder::kRelaxed>(flag) + 1);
+      }
+    }
+    seconds = secondsSince(t);
+    row.floor = first ? static_cast<double>(bytes) * iters / seconds / 1e9 : 0;
+    rows.push_back(row);
+  }
+  pairSync();
+  return rows;
+}
+
+}  // namespace weft::bench

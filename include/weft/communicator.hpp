@@ -1,0 +1,77 @@
+/// The host-side object model of a job: registers memory, exchanges it with peers and connects to them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include <weft/bootstrap.hpp>
+#include <weft/config.hpp>
+#include <weft/connection.hpp>
+#include <weft/registered_memory.hpp>
+
+namespace weft {
+
+namespace detail {
+struct CommunicatorImpl;
+}
+
+/// Where a rank runs, as every rank reported it at setup.
+struct PeerInfo {
+  int rank = -1;
+  uint64_t hostHash = 0;  ///< same value = same host (hostname, boot id and network namespace)
+  uint32_t pid = 0;
+};
+
+/// One rank's view of the job. Construction is collective (an allGather of every rank's host and pid).
+/// The calls that talk to one peer (sendMemory/recvMemory, connect) are pairwise: both ranks call them with
+/// the same tag. Not thread-safe; use one thread per communicator or lock around it.
+class Communicator {
+ public:
+  /// Sets up over `bootstrap`, choosing transports as `config` says.
+  explicit Communicator(std::shared_ptr<Bootstrap> bootstrap, Config config = Config::load());
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  /// This rank and the job size.
+  int rank() const;
+  int size() const;
+
+  /// The bootstrap the communicator talks through.
+  Bootstrap& bootstrap() const;
+
+  /// The configuration in use.
+  const Config& config() const;
+
+  /// Every rank's host and pid.
+  const std::vector<PeerInfo>& peers() const;
+
+  /// How this rank reaches `peer`: same process, same host or another host.
+  PeerClass peerClass(int peer) const;
+
+  /// The transport that connects this rank to `peer`: the first entry of the config's list for that peer
+  /// class whose plugin loads and offers a device. Throws kPluginError listing why each entry was refused.
+  std::string transportFor(int peer) const;
+
+  /// Registers `bytes` at `ptr` with every transport this rank uses to reach its peers.
+  /// Host memory that peers on this host should reach must come from allocSharedHostMemory().
+  RegisteredMemory registerMemory(void* ptr, uint64_t bytes, MemoryKind kind);
+
+  /// Sends a local registration to `peer` (pairs with recvMemory on the peer, same tag).
+  void sendMemory(const RegisteredMemory& memory, int peer, int tag);
+
+  /// Receives `peer`'s registration and makes it reachable (imports and, where the transport can, maps it).
+  RegisteredMemory recvMemory(int peer, int tag);
+
+  /// Connects to `peer` over transportFor(peer). Both ranks call it with the same tag.
+  std::shared_ptr<Connection> connect(int peer, int tag);
+
+ private:
+  std::unique_ptr<detail::CommunicatorImpl> impl_;
+};
+
+/// The identity of this host as used for PeerInfo::hostHash (WEFT_HOST_ID overrides it).
+uint64_t localHostHash();
+
+}  // namespace weft

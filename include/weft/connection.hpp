@@ -1,0 +1,47 @@
+/// A one-sided link to one peer over one transport: write, atomicAdd (the signal) and flush.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <weft/registered_memory.hpp>
+
+namespace weft {
+
+namespace detail {
+struct ConnectionImpl;
+}
+
+/// A connection made by Communicator::connect. Operations are posted in order; write and atomicAdd may
+/// complete asynchronously until flush returns. One thread at a time may post on a connection.
+class Connection {
+ public:
+  /// Copies `bytes` from local `src` at `srcOffset` into the peer's `dst` at `dstOffset`. Both ranges are
+  /// bounds-checked (kInvalidArgument); `dst` must belong to this connection's peer and `src` to this rank.
+  void write(const RegisteredMemory& dst, uint64_t dstOffset, const RegisteredMemory& src, uint64_t srcOffset,
+             uint64_t bytes);
+
+  /// Adds `value` to the 64-bit word at `dstOffset` (8-byte aligned) of the peer's `dst`, after every earlier
+  /// write on this connection is visible to the peer. This is how a signal is sent.
+  void atomicAdd(const RegisteredMemory& dst, uint64_t dstOffset, uint64_t value);
+
+  /// Returns once every earlier write and atomicAdd has completed; throws kTimeout after `timeout`.
+  void flush(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+  /// The transport carrying this connection ("host", "libfabric", ...).
+  const std::string& transport() const;
+
+  /// The peer's rank.
+  int remoteRank() const;
+
+  explicit Connection(std::unique_ptr<detail::ConnectionImpl> impl);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+ private:
+  std::unique_ptr<detail::ConnectionImpl> impl_;
+};
+
+}  // namespace weft
