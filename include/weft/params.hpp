@@ -37,7 +37,8 @@ const std::vector<ParamInfo>& allParams();
 /// nullptr when `name` was never declared.
 const ParamInfo* findParam(std::string_view name);
 
-/// Every variable of the current process environment (launcher variables such as RANK or OMPI_* included). Thread safety: as getenv (no concurrent setenv).
+/// Every variable of the current process environment (launcher variables such as RANK or OMPI_* included). Thread
+/// safety: as getenv (no concurrent setenv).
 Environment processEnvironment();
 
 /// The value of declared parameter `name` from the process environment, or nullopt when unset or set to "" (an empty
