@@ -13,6 +13,11 @@
 #define WEFT_COMPILER_HIP 1
 #endif
 
+#if defined(WEFT_COMPILER_HIP)
+// HIP mode predefines __host__ and __device__ but not __forceinline__, threadIdx and friends.
+#include <hip/hip_runtime.h>
+#endif
+
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
 /// Defined while compiling device code (the device pass of nvcc or hipcc).
 #define WEFT_DEVICE_COMPILE 1
