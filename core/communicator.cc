@@ -13,6 +13,7 @@
 #include "registered_memory_impl.hpp"
 #include "serialization.hpp"
 #include "transport_plugin.hpp"
+#include "transport_selector.hpp"
 
 namespace weft {
 
@@ -56,35 +57,10 @@ struct CommunicatorImpl {
   std::shared_ptr<Bootstrap> bootstrap;
   Config config;
   std::vector<PeerInfo> peers;
-  std::map<std::string, std::shared_ptr<TransportPlugin>> plugins;
-  std::map<std::string, std::string> refusals;  ///< why a transport could not be used
-  std::map<PeerClass, std::string> chosen;
+  std::unique_ptr<TransportSelector> selector;
 
-  std::shared_ptr<TransportPlugin> plugin(const std::string& name) {
-    if (auto it = plugins.find(name); it != plugins.end()) return it->second;
-    auto p = loadTransportPlugin(name, config.pluginPath, config.optionsFor(name));
-    plugins[name] = p;
-    return p;
-  }
-
-  const std::string& choose(PeerClass cls) {
-    if (auto it = chosen.find(cls); it != chosen.end()) return it->second;
-    std::string reasons;
-    for (const std::string& name : config.transportsFor(cls)) {
-      try {
-        auto p = plugin(name);
-        if (p->devices().empty()) throw Error(ErrorCode::kPluginError, "it offers no devices");
-        logInfo(LogSubsys::kInit, "transport '{}' ({}) serves {} peers", name, p->path(), peerClassName(cls));
-        return chosen[cls] = name;
-      } catch (const Error& e) {
-        logDebug(LogSubsys::kInit, "transport '{}' refused for {} peers: {}", name, peerClassName(cls), e.what());
-        reasons += "; " + name + ": " + e.what();
-      }
-    }
-    throw Error(ErrorCode::kPluginError, std::string("no transport can connect ") + peerClassName(cls) +
-                                             " peers (tried " + std::to_string(config.transportsFor(cls).size()) +
-                                             " from " + config.source + ")" + reasons);
-  }
+  std::shared_ptr<TransportPlugin> plugin(const std::string& name) { return selector->plugin(name); }
+  const std::string& choose(PeerClass cls) { return selector->choose(cls); }
 
   PeerClass classOf(int peer) const {
     const PeerInfo& me = peers[bootstrap->rank()];
@@ -108,6 +84,10 @@ Communicator::Communicator(std::shared_ptr<Bootstrap> bootstrap, Config config)
   if (!bootstrap) throw Error(ErrorCode::kInvalidArgument, "Communicator needs a bootstrap");
   impl_->bootstrap = std::move(bootstrap);
   impl_->config = std::move(config);
+  if (!impl_->config.logLevel.empty() || !impl_->config.logSubsys.empty()) {
+    applyLogConfig(impl_->config.logLevel, impl_->config.logSubsys);
+  }
+  impl_->selector = std::make_unique<TransportSelector>(impl_->config);
   const int n = impl_->bootstrap->size();
   struct Wire {
     uint64_t hostHash;

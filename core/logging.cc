@@ -17,6 +17,8 @@ struct LogState {
   std::atomic<int> level{static_cast<int>(LogLevel::kWarn)};
   std::atomic<unsigned> subsysMask{~0u};
   std::atomic<int> rank{-1};
+  std::string configLevel, configSubsys;  ///< from a config file's [log] table; the environment wins
+  std::mutex configMutex;
   std::shared_ptr<spdlog::logger> logger;
   std::once_flag once;
 };
@@ -33,8 +35,8 @@ std::string lower(std::string s) {
 
 unsigned subsysBit(const std::string& name) {
   static const std::pair<const char*, LogSubsys> kNames[] = {
-      {"init", LogSubsys::kInit}, {"boot", LogSubsys::kBoot},     {"net", LogSubsys::kNet},
-      {"p2p", LogSubsys::kP2p},   {"coll", LogSubsys::kColl},     {"plugin", LogSubsys::kPlugin},
+      {"init", LogSubsys::kInit},   {"boot", LogSubsys::kBoot},    {"net", LogSubsys::kNet},
+      {"p2p", LogSubsys::kP2p},     {"coll", LogSubsys::kColl},    {"plugin", LogSubsys::kPlugin},
       {"proxy", LogSubsys::kProxy}, {"config", LogSubsys::kConfig}};
   if (name == "all") return ~0u;
   for (auto& [n, s] : kNames) {
@@ -58,20 +60,35 @@ const char* subsysName(LogSubsys s) {
 }
 
 void parseSettings(LogState& s) {
+  std::string levelFromConfig, subsysFromConfig;
+  {
+    std::lock_guard<std::mutex> lock(s.configMutex);
+    levelFromConfig = s.configLevel;
+    subsysFromConfig = s.configSubsys;
+  }
   const char* level = std::getenv("WEFT_LOG_LEVEL");
+  if ((level == nullptr || *level == '\0') && !levelFromConfig.empty()) level = levelFromConfig.c_str();
   LogLevel parsed = LogLevel::kWarn;
   if (level != nullptr) {
     std::string l = lower(level);
-    if (l == "trace") parsed = LogLevel::kTrace;
-    else if (l == "debug") parsed = LogLevel::kDebug;
-    else if (l == "info") parsed = LogLevel::kInfo;
-    else if (l == "warn" || l == "warning") parsed = LogLevel::kWarn;
-    else if (l == "error") parsed = LogLevel::kError;
-    else if (l == "off" || l == "none") parsed = LogLevel::kOff;
+    if (l == "trace")
+      parsed = LogLevel::kTrace;
+    else if (l == "debug")
+      parsed = LogLevel::kDebug;
+    else if (l == "info")
+      parsed = LogLevel::kInfo;
+    else if (l == "warn" || l == "warning")
+      parsed = LogLevel::kWarn;
+    else if (l == "error")
+      parsed = LogLevel::kError;
+    else if (l == "off" || l == "none")
+      parsed = LogLevel::kOff;
   }
   s.level = static_cast<int>(parsed);
   unsigned mask = ~0u;
-  if (const char* subsys = std::getenv("WEFT_LOG_SUBSYS"); subsys != nullptr && *subsys != '\0') {
+  const char* subsys = std::getenv("WEFT_LOG_SUBSYS");
+  if ((subsys == nullptr || *subsys == '\0') && !subsysFromConfig.empty()) subsys = subsysFromConfig.c_str();
+  if (subsys != nullptr && *subsys != '\0') {
     std::string list = lower(subsys);
     bool exclude = list[0] == '^';
     if (exclude) list.erase(0, 1);
@@ -121,6 +138,17 @@ void logWrite(LogLevel level, LogSubsys subsys, std::string_view message) {
 }  // namespace detail
 
 void setLogRank(int rank) { state().rank = rank; }
+
+void applyLogConfig(const std::string& level, const std::string& subsys) {
+  LogState& s = state();
+  initOnce(s);
+  {
+    std::lock_guard<std::mutex> lock(s.configMutex);
+    s.configLevel = level;
+    s.configSubsys = subsys;
+  }
+  parseSettings(s);
+}
 
 void reloadLogSettings() {
   LogState& s = state();

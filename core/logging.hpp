@@ -9,8 +9,16 @@
 namespace weft {
 
 /// Log subsystems, filtered by WEFT_LOG_SUBSYS (comma list, "ALL" or "^BOOT" to exclude).
-enum class LogSubsys : unsigned { kInit = 1, kBoot = 2, kNet = 4, kP2p = 8, kColl = 16, kPlugin = 32, kProxy = 64,
-                                  kConfig = 128 };
+enum class LogSubsys : unsigned {
+  kInit = 1,
+  kBoot = 2,
+  kNet = 4,
+  kP2p = 8,
+  kColl = 16,
+  kPlugin = 32,
+  kProxy = 64,
+  kConfig = 128
+};
 
 /// Levels, set by WEFT_LOG_LEVEL (trace, debug, info, warn, error, off; default warn).
 enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kOff };
@@ -22,6 +30,10 @@ void logWrite(LogLevel level, LogSubsys subsys, std::string_view message);
 
 /// Sets the rank shown in every log line (the bootstrap calls this once the rank is known).
 void setLogRank(int rank);
+
+/// Sets the level and subsystems a config file's [log] table asks for; WEFT_LOG_LEVEL / WEFT_LOG_SUBSYS,
+/// when set, still win. Empty strings mean "not set by the config".
+void applyLogConfig(const std::string& level, const std::string& subsys);
 
 /// Re-reads WEFT_LOG_LEVEL and WEFT_LOG_SUBSYS (tests that change them call this).
 void reloadLogSettings();
