@@ -59,8 +59,11 @@ const std::vector<ParamInfo> kParams = {
      "Sets option <key> of transport <name> (both upper-cased), e.g. WEFT_TRANSPORT_LIBFABRIC_PROVIDER=tcp; overrides "
      "[transport.<name>] <key> and is checked against the option's type for the transports weft ships."},
     {"WEFT_HOST_ID", "string", "",
-     "Overrides the host identity used to tell same-host peers from other-host peers (default: derived from the boot "
-     "id and hostname); ranks with equal values are treated as one host."},
+     "Overrides the host identity used to tell same-host peers from other-host peers (default: derived from the "
+     "hostname, boot id and network namespace); ranks with equal values are treated as one host."},
+    {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
+     "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
+     "who waited for what and stops with an error instead of hanging."},
 };
 
 std::string lower(std::string_view s) {

@@ -59,7 +59,8 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_TRANSPORTS_SAME_HOST",
                                           "WEFT_TRANSPORTS_OTHER_HOST",
                                           "WEFT_TRANSPORT_<NAME>_<KEY>",
-                                          "WEFT_HOST_ID"};
+                                          "WEFT_HOST_ID",
+                                          "WEFT_WAIT_TIMEOUT_MS"};
   std::set<std::string> seen;
   const std::set<std::string> types = {"string", "int", "bool", "list", "path-list", "typed per key"};
   for (const ParamInfo& p : allParams()) {
