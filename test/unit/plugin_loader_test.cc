@@ -142,7 +142,7 @@ TEST(PluginLoaderTest, ListFindsEveryPluginOnThePath) {
   auto listed = listTransportPlugins({kTestDir});
   std::set<std::string> names;
   for (const auto& f : listed) names.insert(f.name);
-  for (const char* n : {"minimal", "badabi", "nosymbol", "notelf", "smalltable", "initfail", "host"}) {
+  for (const char* n : {"minimal", "badabi", "nosymbol", "notelf", "smalltable", "initfail", "future", "host"}) {
     EXPECT_TRUE(names.count(n)) << n;
   }
 }
@@ -163,6 +163,15 @@ TEST(PluginLoaderTest, MinimalPluginDevicesAndUnsupportedOperations) {
   int x = 0;
   errorOf(ErrorCode::kNotSupported, [&] { plugin->registerMemory(&x, sizeof(x), MemoryKind::kHost); });
   errorOf(ErrorCode::kNotSupported, [&] { plugin->importMemory({1, 2, 3}); });
+}
+
+TEST(PluginLoaderTest, TableOfALaterMinorVersionIsAccepted) {
+  // Its table is one entry longer than core knows: the version is the same major, so it loads, and core uses only the
+  // entries its own header has.
+  auto plugin = loadTransportPlugin("future", {kTestDir}, {});
+  EXPECT_EQ(plugin->tableSize(), sizeof(weftTransport_v1) + sizeof(void*));
+  ASSERT_EQ(plugin->devices().size(), 1u);
+  EXPECT_EQ(plugin->devices()[0].name, "future0");
 }
 
 TEST(PluginLoaderTest, HostPluginLoadsFromTheBuildTree) {
