@@ -1,5 +1,7 @@
 #include "multi_process.hpp"
 
+#include <weft/build_config.hpp>
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -106,6 +108,16 @@ std::string describeFailures(const std::vector<RankResult>& results) {
     out << "; ";
   }
   return out.str();
+}
+
+bool gpuPresentWithoutInit() {
+#if WEFT_BUILD_GPU_CUDA
+  return access("/dev/nvidiactl", F_OK) == 0;
+#elif WEFT_BUILD_GPU_HIP
+  return access("/dev/kfd", F_OK) == 0;
+#else
+  return false;
+#endif
 }
 
 int freeLoopbackPort() {

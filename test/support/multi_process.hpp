@@ -28,6 +28,11 @@ std::vector<RankResult> runRanks(int size, const std::function<void(int rank, in
 /// Describes every rank that did not end well, for an assertion message ("" when all are ok).
 std::string describeFailures(const std::vector<RankResult>& results);
 
+/// Whether a GPU device node exists (/dev/nvidiactl or /dev/kfd), found without initializing any GPU runtime:
+/// a test that forks GPU ranks must not touch CUDA/HIP in the parent, since a runtime does not survive fork().
+/// Always false in WEFT_GPU=none builds.
+bool gpuPresentWithoutInit();
+
 /// A free TCP port on 127.0.0.1 at the time of the call.
 int freeLoopbackPort();
 
