@@ -219,7 +219,7 @@ std::array<uint8_t, detail::kSecretBytes> randomSecret() {
 struct TcpBootstrap::Impl {
   // One queued frame and how its write ended (fields under Impl::mu_).
   struct SendOp {
-    std::vector<uint8_t> frame;
+    std::shared_ptr<const std::vector<uint8_t>> frame;  // shared: a collective sends one frame to every peer
     int peer = -1;
     bool done = false;
     bool failed = false;
@@ -358,6 +358,8 @@ struct TcpBootstrap::Impl {
   // Tells every registered rank why setup failed, so their errors name the cause instead of "root went away".
   void abortSetup(ErrorCode code, const std::string& reason) {
     auto payload = detail::encodeAbort({static_cast<uint32_t>(code), reason});
+    auto abortFrame = std::make_shared<const std::vector<uint8_t>>(
+        detail::encodeFrame(FrameType::kAbort, 0, payload.data(), payload.size()));
     std::vector<SendPtr> ops;
     {
       std::lock_guard lk(mu_);
@@ -365,7 +367,7 @@ struct TcpBootstrap::Impl {
         if (!connected_[r]) continue;
         auto op = std::make_shared<SendOp>();
         op->peer = r;
-        op->frame = detail::encodeFrame(FrameType::kAbort, 0, payload.data(), payload.size());
+        op->frame = abortFrame;
         ops.push_back(op);
       }
     }
@@ -531,7 +533,8 @@ struct TcpBootstrap::Impl {
         auto op = std::make_shared<SendOp>();
         op->peer = c->peer;
         auto payload = detail::encodeHello({id_.secret, rank_, size_, listen_});
-        op->frame = detail::encodeFrame(FrameType::kHello, 0, payload.data(), payload.size());
+        op->frame = std::make_shared<const std::vector<uint8_t>>(
+            detail::encodeFrame(FrameType::kHello, 0, payload.data(), payload.size()));
         c->writeQueue.push_back(op);
         writeNext(c);
       }
@@ -702,7 +705,7 @@ struct TcpBootstrap::Impl {
     if (c->writing || c->writeQueue.empty() || !c->open) return;
     c->writing = true;
     SendPtr op = c->writeQueue.front();
-    asio::async_write(c->socket, asio::buffer(op->frame), [this, c, op](const boost::system::error_code& ec, size_t) {
+    asio::async_write(c->socket, asio::buffer(*op->frame), [this, c, op](const boost::system::error_code& ec, size_t) {
       c->writing = false;
       if (stopping_ || !c->open) return;
       if (ec) {
@@ -741,7 +744,7 @@ struct TcpBootstrap::Impl {
   SendPtr postFrame(int peer, FrameType type, int32_t tag, const void* data, uint64_t bytes) {
     auto op = std::make_shared<SendOp>();
     op->peer = peer;
-    op->frame = detail::encodeFrame(type, tag, data, bytes);
+    op->frame = std::make_shared<const std::vector<uint8_t>>(detail::encodeFrame(type, tag, data, bytes));
     enqueue(op);
     return op;
   }
@@ -841,7 +844,8 @@ struct TcpBootstrap::Impl {
     auto deadline = Clock::now() + timeout_;
     auto* base = static_cast<uint8_t*>(allData);
     const uint8_t* mine = bytesPerRank ? base + rank_ * bytesPerRank : nullptr;
-    auto frame = detail::encodeFrame(FrameType::kCollective, tag, mine, bytesPerRank);
+    auto frame = std::make_shared<const std::vector<uint8_t>>(
+        detail::encodeFrame(FrameType::kCollective, tag, mine, bytesPerRank));
     std::vector<SendPtr> ops;
     auto peers = others();
     for (int p : peers) {
@@ -873,7 +877,8 @@ struct TcpBootstrap::Impl {
     auto deadline = Clock::now() + timeout_;
     std::string what = fmt::format("broadcast from rank {}", root);
     if (rank_ == root) {
-      auto frame = detail::encodeFrame(FrameType::kCollective, kTagBroadcast, data, bytes);
+      auto frame = std::make_shared<const std::vector<uint8_t>>(
+          detail::encodeFrame(FrameType::kCollective, kTagBroadcast, data, bytes));
       std::vector<SendPtr> ops;
       for (int p : others()) {
         auto op = std::make_shared<SendOp>();

@@ -101,7 +101,8 @@ class TcpBootstrap : public Bootstrap {
   /// the job. Throws Error(kConfigError) explaining what to set when the environment does not say enough.
   static std::unique_ptr<TcpBootstrap> fromEnvironment();
 
-  /// Closes every connection and joins the I/O thread; safe after any error.
+  /// Closes every connection and joins the I/O thread; safe after any error. No call may still be running on
+  /// another thread. Peers that later need this rank get Error(kRemoteError) naming it.
   ~TcpBootstrap() override;
 
   TcpBootstrap(const TcpBootstrap&) = delete;

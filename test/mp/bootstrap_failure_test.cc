@@ -26,6 +26,7 @@ std::pair<Error, milliseconds> failureOf(const std::function<void()>& f) {
   try {
     f();
   } catch (const Error& e) {
+    std::printf("got the expected error: %s\n", e.what());  // shown in the rank's log, for people reading it
     return {e, std::chrono::duration_cast<milliseconds>(Clock::now() - start)};
   }
   ADD_FAILURE() << "no weft::Error thrown";
@@ -46,6 +47,26 @@ TEST(BootstrapFailureTest, MissingRankIsNamedByEveryone) {
         EXPECT_LT(took.count(), 2000) << e.what();
       },
       std::chrono::seconds(20));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST(BootstrapFailureTest, CollectiveTimeoutNamesTheSilentRank) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(3, [&](int rank, int size) {
+    TcpBootstrap boot(rank, size, id, milliseconds(1000));
+    if (rank == 2) {
+      std::this_thread::sleep_for(milliseconds(1500));  // alive, but never joins the allGather
+      return;
+    }
+    auto [e, took] = failureOf([&] {
+      int v[3] = {};
+      boot.allGather(v, sizeof(int));
+    });
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+    EXPECT_NE(e.message().find("allGather timed out after 1000 ms waiting for rank 2"), std::string::npos) << e.what();
+    EXPECT_GE(took.count(), 900);
+    EXPECT_LT(took.count(), 1400);
+  });
   WEFT_EXPECT_RANKS_OK(results);
 }
 
