@@ -67,7 +67,8 @@ void reportPrimitives(weft::Bootstrap& boot, std::vector<BenchRow> rows, const w
   for (int lower = 0; lower + 1 < boot.size(); lower += 2) {
     std::vector<BenchRow> pairRows = lower == 0 ? rows : decodeRows(boot.recvBytes(lower, kRowsTag + 1));
     std::string title = "weft-bench primitives: ranks " + std::to_string(lower) + " -> " + std::to_string(lower + 1) +
-                        " of " + std::to_string(boot.size()) + " (host memory; floor: raw shared memory, memcpy)";
+                        " of " + std::to_string(boot.size()) +
+                        " (host memory; floor: memcpy into the same peer pages, raw flag)";
     weft::bench::printTable(stdout, title, pairRows);
     weft::bench::writeJsonLines(options.jsonPath, "weft", boot.size(), pairRows);
   }

@@ -33,9 +33,10 @@ int countWrong(const uint8_t* p, uint64_t bytes, uint64_t seed) {
   return wrong;
 }
 
-// Raw ping-pong: copy `bytes` into the shared buffer, then a release store of the round number into the
-// peer's flag; the peer spins on it with acquire loads.
-double rawPingPongMicros(RawSharedBuffer& raw, bool first, const uint8_t* src, uint64_t bytes, int iters) {
+// Raw ping-pong: memcpy of `bytes` straight into the peer's buffer (the same mapped pages weft writes to),
+// then a release store of the round number into the peer's flag, which it spins on with acquire loads.
+double rawPingPongMicros(RawSharedBuffer& raw, bool first, uint8_t* peerBuffer, const uint8_t* src, uint64_t bytes,
+                         int iters) {
   uint64_t* mine = raw.flag(first ? 0 : 1);
   uint64_t* theirs = raw.flag(first ? 1 : 0);
   uint64_t base = atomicLoad<MemoryOrder::kAcquire>(mine);
@@ -48,12 +49,12 @@ double rawPingPongMicros(RawSharedBuffer& raw, bool first, const uint8_t* src, u
   auto t = Clock::now();
   for (int i = 1; i <= iters; ++i) {
     if (first) {
-      std::memcpy(raw.data(), src, bytes);
+      std::memcpy(peerBuffer, src, bytes);
       atomicStore<MemoryOrder::kRelease>(theirs, sent + i);
       waitFor(base + i);
     } else {
       waitFor(base + i);
-      std::memcpy(raw.data(), src, bytes);
+      std::memcpy(peerBuffer, src, bytes);
       atomicStore<MemoryOrder::kRelease>(theirs, sent + i);
     }
   }
@@ -86,7 +87,10 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
   RegisteredMemory remote = comm.recvMemory(peer, 100);
   std::shared_ptr<Connection> conn = comm.connect(peer, 101);
   Host2HostSemaphore sem(comm, conn, 102);
-  RawSharedBuffer raw(boot, peer, maxBytes, 103);
+  RawSharedBuffer raw(boot, peer, 0, 103);
+  // The peer's buffer as the host transport maps it: the floors write to the very same pages.
+  auto* peerBuffer = static_cast<uint8_t*>(remote.data());
+  if (peerBuffer == nullptr) throw Error(ErrorCode::kNotSupported, "the transport does not map peer memory");
   fillPattern(src, maxBytes, rank);
   auto pairSync = [&] {
     if (first) {
@@ -132,8 +136,8 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
     auto t = Clock::now();
     pingPong(iters);
     row.weft = secondsSince(t) * 1e6 / iters / 2;
-    rawPingPongMicros(raw, first, src, bytes, options.warmup);
-    row.floor = rawPingPongMicros(raw, first, src, bytes, iters);
+    rawPingPongMicros(raw, first, peerBuffer, src, bytes, options.warmup);
+    row.floor = rawPingPongMicros(raw, first, peerBuffer, src, bytes, iters);
     rows.push_back(row);
   }
 
@@ -162,16 +166,29 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
     stream(iters);
     double seconds = secondsSince(t);
     row.weft = static_cast<double>(bytes) * iters / seconds / 1e9;
-    // Floor: the same bytes copied with memcpy into the raw shared buffer, each copy followed by a release
-    // store of a counter (what a put + signal is at its cheapest).
+    // Floor: the same bytes memcpy'd straight into the same peer buffer, each copy followed by a release
+    // store of a counter that the peer polls until the last one arrives (what put + signal + wait is at
+    // its cheapest), then the same acknowledgement.
+    uint64_t* flag = raw.flag(1);
+    uint64_t* ack = raw.flag(0);
+    const uint64_t flagBase = atomicLoad<MemoryOrder::kAcquire>(flag);
+    const uint64_t ackBase = atomicLoad<MemoryOrder::kAcquire>(ack);
+    auto rawWait = [](uint64_t* word, uint64_t v) {
+      if (!spinWaitUntil([&] { return atomicLoad<MemoryOrder::kAcquire>(word) >= v; }, WaitBudget{30'000'000'000ull})) {
+        throw Error(ErrorCode::kTimeout, "raw bandwidth floor: the peer stopped answering");
+      }
+    };
     pairSync();
     t = Clock::now();
     if (first) {
-      uint64_t* flag = raw.flag(1);
-      for (int i = 0; i < iters; ++i) {
-        std::memcpy(raw.data(), src, bytes);
-        atomicStore<MemoryOrder::kRelease>(flag, atomicLoad<MemoryOrder::kRelaxed>(flag) + 1);
+      for (int i = 1; i <= iters; ++i) {
+        std::memcpy(peerBuffer, src, bytes);
+        atomicStore<MemoryOrder::kRelease>(flag, flagBase + i);
       }
+      rawWait(ack, ackBase + 1);
+    } else {
+      rawWait(flag, flagBase + iters);
+      atomicStore<MemoryOrder::kRelease>(ack, ackBase + 1);
     }
     seconds = secondsSince(t);
     row.floor = first ? static_cast<double>(bytes) * iters / seconds / 1e9 : 0;

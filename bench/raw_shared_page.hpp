@@ -1,5 +1,5 @@
-// The floors of the host benchmarks: a buffer shared by two ranks through POSIX shm_open, used with plain
-// memcpy and atomics, with none of weft's transport code in the way.
+// The floors of the host benchmarks signal through flags in a page shared by two ranks through POSIX
+// shm_open, used with plain atomics, with none of weft's transport code in the way.
 #pragma once
 
 #include <cstdint>

@@ -22,8 +22,9 @@ void checkRange(const char* what, uint64_t offset, uint64_t bytes, uint64_t size
 Connection::Connection(std::unique_ptr<detail::ConnectionImpl> impl) : impl_(std::move(impl)) {}
 Connection::~Connection() = default;
 
-const TransportRemoteMemory& detail::ConnectionImpl::remoteOf(const RegisteredMemory& dst) const {
+const TransportRemoteMemory& detail::ConnectionImpl::remoteOf(const RegisteredMemory& dst) {
   if (!dst) throw Error(ErrorCode::kInvalidArgument, "destination is an empty RegisteredMemory");
+  if (dst.impl() == cachedDst) return *cachedRemote;
   const auto& impl = *dst.impl();
   if (impl.local || impl.descriptor.rank != remoteRank) {
     throw Error(ErrorCode::kInvalidArgument, "destination memory belongs to rank " +
@@ -35,23 +36,31 @@ const TransportRemoteMemory& detail::ConnectionImpl::remoteOf(const RegisteredMe
     throw Error(ErrorCode::kInvalidArgument,
                 "rank " + std::to_string(remoteRank) + "'s memory was not imported over transport '" + transport + "'");
   }
+  cachedDst = dst.impl();
+  cachedRemote = &it->second;
+  return it->second;
+}
+
+const TransportMemory& detail::ConnectionImpl::localOf(const RegisteredMemory& src) {
+  if (!src || !src.isLocal()) throw Error(ErrorCode::kInvalidArgument, "write source must be a local registration");
+  if (src.impl() == cachedSrc) return *cachedLocal;
+  auto it = src.impl()->localRegistrations.find(transport);
+  if (it == src.impl()->localRegistrations.end()) {
+    throw Error(ErrorCode::kInvalidArgument, "write source is not registered with transport '" + transport + "'");
+  }
+  cachedSrc = src.impl();
+  cachedLocal = &it->second;
   return it->second;
 }
 
 void Connection::write(const RegisteredMemory& dst, uint64_t dstOffset, const RegisteredMemory& src, uint64_t srcOffset,
                        uint64_t bytes) {
   const TransportRemoteMemory& remote = impl_->remoteOf(dst);
-  if (!src || !src.isLocal()) throw Error(ErrorCode::kInvalidArgument, "write source must be a local registration");
-  const auto& srcImpl = *src.impl();
-  auto it = srcImpl.localRegistrations.find(impl_->transport);
-  if (it == srcImpl.localRegistrations.end()) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "write source is not registered with transport '" + impl_->transport + "'");
-  }
+  const TransportMemory& local = impl_->localOf(src);
   checkRange("write destination", dstOffset, bytes, dst.size(), dst.rank());
   checkRange("write source", srcOffset, bytes, src.size(), src.rank());
   if (bytes == 0) return;
-  impl_->connection.write(remote, dstOffset, it->second, srcOffset, bytes);
+  impl_->connection.write(remote, dstOffset, local, srcOffset, bytes);
 }
 
 void Connection::atomicAdd(const RegisteredMemory& dst, uint64_t dstOffset, uint64_t value) {

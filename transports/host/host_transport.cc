@@ -106,7 +106,8 @@ void logf(const HostState* s, int32_t level, const char* fmt, ...) {
 template <class F>
 weftResult_t guard(F&& body) noexcept {
   try {
-    tLastError.clear();
+    // lastError is the most recent failure: success leaves it alone, which keeps a thread_local access
+    // (through __tls_get_addr in a dlopen'd object) off the data path.
     body();
     return weftSuccess;
   } catch (const HostFailure& e) {

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs weft's GPU test suite, the compute-sanitizer checks and the GPU benchmarks on a machine with a GPU,
+# from a CUDA build made elsewhere (docs/gpu-testing.md): bash scripts/gpu-suite.sh BUILD_DIR [OUT_DIR]
+# Every step runs even when an earlier one fails; the exit status says whether all passed.
+set -uo pipefail
+build=${1:?usage: gpu-suite.sh BUILD_DIR [OUT_DIR]}
+out=${2:-${OUT:-gpu-results}}
+mkdir -p "$out"
+build=$(cd "$build" && pwd)
+# The build tree has absolute paths baked in (test binaries, the plugin directory): make them resolve here.
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+bin=$(sed -n 's/^weft_BINARY_DIR:STATIC=//p' "$build/CMakeCache.txt")
+if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
+export WEFT_PLUGIN_PATH="$build/lib/weft"
+failed=0
+step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, remembers a failure
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  if "$@" >"$out/$name.log" 2>&1; then echo "=== $name: ok"; else echo "=== $name: FAILED ($?)"; failed=1; fi
+  tail -n 25 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+# Several ranks share the one GPU: without MPS their kernels time-slice and cross-process spin-waits crawl.
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d && echo "MPS started"
+
+step gpu-tests ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
+step host-tests ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 300
+if command -v compute-sanitizer >/dev/null; then
+  for t in "$build"/bin/gpu_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    # Timeout-path tests trap on purpose; the sanitizers check the data paths.
+    step "memcheck-$name" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --gtest_filter=-*Timeout*
+    step "racecheck-$name" compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --gtest_filter=-*Timeout*
+  done
+fi
+for n in 2 4; do
+  step "bench-primitives-$n" "$build/bin/weft-run" -n $n --timeout 300 -- "$build/bin/weft-bench" primitives \
+    --json "$out/bench.jsonl"
+done
+echo quit | nvidia-cuda-mps-control
+exit $failed
