@@ -90,10 +90,20 @@ inline hipError_t hipIpcCloseMemHandle(void* p) { return cudaIpcCloseMemHandle(p
 #include <cstdlib>
 #include <cstring>
 
-enum hipError_t { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorOutOfMemory = 2, hipErrorNoDevice = 100,
-                  hipErrorNotReady = 600 };
-enum hipMemcpyKind { hipMemcpyHostToHost = 0, hipMemcpyHostToDevice = 1, hipMemcpyDeviceToHost = 2,
-                     hipMemcpyDeviceToDevice = 3, hipMemcpyDefault = 4 };
+enum hipError_t {
+  hipSuccess = 0,
+  hipErrorInvalidValue = 1,
+  hipErrorOutOfMemory = 2,
+  hipErrorNoDevice = 100,
+  hipErrorNotReady = 600
+};
+enum hipMemcpyKind {
+  hipMemcpyHostToHost = 0,
+  hipMemcpyHostToDevice = 1,
+  hipMemcpyDeviceToHost = 2,
+  hipMemcpyDeviceToDevice = 3,
+  hipMemcpyDefault = 4
+};
 struct weftHostStream;
 using hipStream_t = weftHostStream*;
 struct weftHostEvent;
