@@ -1,5 +1,9 @@
 #include "host_fd_server.hpp"
 
+#include <signal.h>
+
+#include <fstream>
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -151,6 +155,21 @@ void HostFdServer::serve(int client) {
   (void)sendmsg(client, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+namespace {
+// A peer that dies while answering shows up as a reset or an early close; say so plainly when it is gone.
+std::string ownerState(uint32_t pid) {
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return " (the owning process has exited)";
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  size_t paren = line.rfind(')');
+  if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') {
+    return " (the owning process has exited)";
+  }
+  return "";
+}
+}  // namespace
+
 FetchedFd fetchRegionFd(const std::string& socketName, uint32_t ownerPid, uint64_t regionId,
                         const uint8_t (&token)[kTokenBytes], std::chrono::steady_clock::time_point deadline) {
   const std::string who = "owner pid " + std::to_string(ownerPid) + " (socket @" + socketName + ")";
@@ -210,8 +229,12 @@ FetchedFd fetchRegionFd(const std::string& socketName, uint32_t ownerPid, uint64
     }
   }
   FdGuard fd(received);
-  if (got < 0) throw HostFailure(weftRemoteError, "receiving the answer of " + who + " failed: " + std::strerror(e));
-  if (got == 0) throw HostFailure(weftRemoteError, who + " closed the connection without answering");
+  if (got < 0) {
+    throw HostFailure(weftRemoteError,
+                      "receiving the answer of " + who + " failed: " + std::strerror(e) + ownerState(ownerPid));
+  }
+  if (got == 0)
+    throw HostFailure(weftRemoteError, who + " closed the connection without answering" + ownerState(ownerPid));
   if (got != static_cast<ssize_t>(sizeof(reply)) || reply.magic != kReplyMagic || (msg.msg_flags & MSG_CTRUNC)) {
     throw HostFailure(weftRemoteError, who + " sent a malformed answer");
   }
