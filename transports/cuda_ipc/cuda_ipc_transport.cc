@@ -652,7 +652,9 @@ weftResult_t ipcRegisterMemory(void* state, const weftMemoryDescriptor_v1* desc,
     // A virtual-memory (cuMem/hipMem) allocation is recognized by having an allocation handle; the runtime's IPC
     // handles cannot share those, so they go as file descriptors whatever handle_type says.
     rt::VmmHandle vmm{};
-    const bool isVmm = rt::vmmRetain(&vmm, reinterpret_cast<void*>(base)) == rt::kDrvSuccess;
+    const rt::DrvError retained = rt::vmmRetain(&vmm, reinterpret_cast<void*>(base));
+    const bool isVmm = retained == rt::kDrvSuccess;
+    rt::forget(retained);
     if (isVmm) {
       r->vmm = vmm;
       r->vmmRetained = true;
@@ -688,6 +690,7 @@ weftResult_t ipcRegisterMemory(void* state, const weftMemoryDescriptor_v1* desc,
       rt::IpcHandle h{};
       rt::Error e = rt::ipcGetHandle(&h, reinterpret_cast<void*>(base));
       if (e != rt::kSuccess) {
+        rt::forget(e);
         throw IpcFailure(weftNotSupported, what + ": the runtime gives no IPC handle for it (" + rt::errorString(e) +
                                                "); memory of cudaMalloc/hipMalloc can be shared, stream-ordered "
                                                "pool memory cannot");
@@ -731,6 +734,7 @@ uint8_t* openRuntimeMapping(IpcState* s, const MemoryBlob& b, const RuntimeKey& 
   void* base = nullptr;
   rt::Error e = rt::ipcOpen(&base, h);
   if (e != rt::kSuccess) {
+    rt::forget(e);
     const std::string text = "opening the IPC handle of pid " + std::to_string(b.owner.pid) + "'s memory on GPU " +
                              b.busId + " failed: " + rt::errorString(e);
     if (certainlyExited(b.owner)) throw IpcFailure(weftRemoteError, text + " (the owner has exited)");
@@ -875,6 +879,7 @@ weftResult_t ipcFlush(void* connection, uint64_t timeoutNs) {
     for (uint64_t polls = 0;; ++polls) {
       rt::Error e = rt::eventQuery(event);
       if (e == rt::kSuccess) break;
+      rt::forget(rt::kNotReady);
       if (e != rt::kNotReady) {
         rt::check(e, "waiting for the writes to pid " + std::to_string(c->peer.pid) + " (a copy or signal failed)");
       }

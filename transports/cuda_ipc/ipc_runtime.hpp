@@ -56,6 +56,11 @@ inline Error eventCreate(Event* e) { return hipEventCreateWithFlags(e, hipEventD
 inline Error eventRecord(Event e, Stream s) { return hipEventRecord(e, s); }
 inline Error eventQuery(Event e) { return hipEventQuery(e); }
 inline Error eventDestroy(Event e) { return hipEventDestroy(e); }
+/// Clears the thread's last error when it is `e` (an answer the plugin expected, such as "not ready" or "not a
+/// virtual-memory allocation"), so the application's next hipGetLastError does not report it; other errors stay.
+inline void forget(Error e) {
+  if (e != hipSuccess && hipPeekAtLastError() == e) (void)hipGetLastError();
+}
 
 /// The device owning `p` when it is plain device memory (not host, managed or unregistered); false otherwise.
 inline bool deviceOfPointer(const void* p, int* device, std::string* what) {
@@ -153,6 +158,13 @@ inline Error eventCreate(Event* e) { return cudaEventCreateWithFlags(e, cudaEven
 inline Error eventRecord(Event e, Stream s) { return cudaEventRecord(e, s); }
 inline Error eventQuery(Event e) { return cudaEventQuery(e); }
 inline Error eventDestroy(Event e) { return cudaEventDestroy(e); }
+/// Clears the thread's last error when it is `e` (an answer the plugin expected, such as "not ready"), so the
+/// application's next cudaGetLastError does not report it; other errors stay.
+inline void forget(Error e) {
+  if (e != cudaSuccess && cudaPeekAtLastError() == e) (void)cudaGetLastError();
+}
+/// The driver API keeps no last-error state: nothing to clear.
+inline void forget(CUresult) {}
 
 inline bool deviceOfPointer(const void* p, int* device, std::string* what) {
   cudaPointerAttributes a{};
@@ -285,13 +297,18 @@ inline DrvError vmmAllowReadWrite(uint64_t va, uint64_t size, int device) {
 #endif
 
 /// Throws IpcFailure(`code`) naming `what` and the runtime's error text when `e` is not success.
+/// The error is reported through the plugin's result, so it is taken out of the runtime's last-error slot.
 inline void check(Error e, const std::string& what, weftResult_t code = weftSystemError) {
-  if (e != kSuccess) throw IpcFailure(code, what + " failed: " + errorString(e));
+  if (e == kSuccess) return;
+  forget(e);
+  throw IpcFailure(code, what + " failed: " + errorString(e));
 }
 
 /// As check, for the virtual-memory and address-range calls.
 inline void checkDrv(DrvError e, const std::string& what, weftResult_t code = weftSystemError) {
-  if (e != kDrvSuccess) throw IpcFailure(code, what + " failed: " + drvErrorString(e));
+  if (e == kDrvSuccess) return;
+  forget(e);
+  throw IpcFailure(code, what + " failed: " + drvErrorString(e));
 }
 
 /// Launches the signal kernel (cuda_ipc_kernels.cu) on `stream`: one thread atomically adds `value` to `*word` at
