@@ -39,11 +39,11 @@ std::string humanBytes(uint64_t bytes) {
 
 void printTable(std::FILE* out, const std::string& title, const std::vector<BenchRow>& rows) {
   std::fprintf(out, "# %s\n", title.c_str());
-  std::fprintf(out, "# %-22s %12s %8s %7s %12s %12s %8s %7s\n", "benchmark", "size", "", "iters", "weft", "floor",
+  std::fprintf(out, "# %-34s %12s %6s %7s %14s %14s %8s %7s\n", "benchmark", "size", "", "iters", "weft", "floor",
                "ratio", "#wrong");
   for (const BenchRow& r : rows) {
     double ratio = r.floor > 0 ? r.weft / r.floor : 0;
-    std::fprintf(out, "  %-22s %12llu %8s %7d %9.3f %-4s %9.3f %-4s %7.2fx %7d\n", r.benchmark.c_str(),
+    std::fprintf(out, "  %-34s %12llu %6s %7d %9.3f %-4s %9.3f %-4s %7.2fx %7d\n", r.benchmark.c_str(),
                  static_cast<unsigned long long>(r.bytes), humanBytes(r.bytes).c_str(), r.iterations, r.weft,
                  r.unit.c_str(), r.floor, r.unit.c_str(), ratio, r.wrong);
   }

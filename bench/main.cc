@@ -7,6 +7,8 @@
 #include <weft/error.hpp>
 
 #include "bench_options.hpp"
+#include "fifo_bench.hpp"
+#include "memory_channel_bench.hpp"
 #include "primitives_bench.hpp"
 #include "serialization.hpp"
 
@@ -50,7 +52,8 @@ std::vector<BenchRow> decodeRows(const std::vector<uint8_t>& bytes) {
 
 // Pairs (0,1), (2,3), ...: the higher rank's #wrong counts join the lower rank's timings, and every pair's
 // rows reach rank 0, which prints them.
-void reportPrimitives(weft::Bootstrap& boot, std::vector<BenchRow> rows, const weft::bench::BenchOptions& options) {
+void reportPairs(weft::Bootstrap& boot, std::vector<BenchRow> rows, const weft::bench::BenchOptions& options,
+                 const std::string& what) {
   const int rank = boot.rank();
   const int peer = rank ^ 1;
   if (peer >= boot.size()) return;
@@ -66,9 +69,8 @@ void reportPrimitives(weft::Bootstrap& boot, std::vector<BenchRow> rows, const w
   }
   for (int lower = 0; lower + 1 < boot.size(); lower += 2) {
     std::vector<BenchRow> pairRows = lower == 0 ? rows : decodeRows(boot.recvBytes(lower, kRowsTag + 1));
-    std::string title = "weft-bench primitives: ranks " + std::to_string(lower) + " -> " + std::to_string(lower + 1) +
-                        " of " + std::to_string(boot.size()) +
-                        " (host memory; floor: memcpy into the same peer pages, raw flag)";
+    std::string title = "weft-bench " + what + ": ranks " + std::to_string(lower) + " -> " + std::to_string(lower + 1) +
+                        " of " + std::to_string(boot.size());
     weft::bench::printTable(stdout, title, pairRows);
     weft::bench::writeJsonLines(options.jsonPath, "weft", boot.size(), pairRows);
   }
@@ -80,8 +82,14 @@ int main(int argc, char** argv) {
   CLI::App app{"weft-bench: weft's figures beside floors measured in the same run"};
   app.require_subcommand(1);
   weft::bench::BenchOptions options;
-  auto* primitives = app.add_subcommand("primitives", "put/signal/wait latency and put bandwidth between rank pairs");
-  for (CLI::App* sub : {primitives}) {
+  auto* primitives = app.add_subcommand(
+      "primitives",
+      "Connection put+signal/wait latency and put bandwidth between rank pairs (host memory), then the "
+      "memory-channel and fifo figures");
+  auto* memoryChannel = app.add_subcommand(
+      "memory-channel", "semaphore and LL8/LL16 packet ping-pong, MemoryChannel put bandwidth between rank pairs");
+  auto* fifo = app.add_subcommand("fifo", "FIFO round trip and trigger rate (one producer, one proxy thread)");
+  for (CLI::App* sub : {primitives, memoryChannel, fifo}) {
     sub->add_option("-b,--minbytes", options.minBytes, "smallest message in bytes")->capture_default_str();
     sub->add_option("-e,--maxbytes", options.maxBytes, "largest message in bytes")->capture_default_str();
     sub->add_option("-f,--stepfactor", options.stepFactor, "size multiplier between steps")->capture_default_str();
@@ -99,9 +107,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.sizes();  // validates the size range on every rank before any communication
-    if (*primitives) {
-      auto rows = weft::bench::runPrimitives(*boot, options);
-      reportPrimitives(*boot, std::move(rows), options);
+    const bool all = primitives->parsed();
+    if (all) {
+      reportPairs(*boot, weft::bench::runPrimitives(*boot, options), options,
+                  "connection put (host memory; floor: memcpy into the same peer pages, raw flag)");
+    }
+    if (all || memoryChannel->parsed()) {
+      reportPairs(*boot, weft::bench::runMemoryChannel(*boot, options), options,
+                  "memory channel (floor: raw stores into the same mapped pages)");
+    }
+    if ((all || fifo->parsed()) && boot->rank() == 0) {
+      auto rows = weft::bench::runFifoBench(options);
+      weft::bench::printTable(stdout, "weft-bench fifo: rank 0 (floor: raw mapped-memory flags)", rows);
+      weft::bench::writeJsonLines(options.jsonPath, "weft", boot->size(), rows);
     }
     boot->barrier();
   } catch (const weft::Error& e) {

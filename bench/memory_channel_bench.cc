@@ -78,7 +78,8 @@ std::vector<BenchRow> runMemoryChannel(Bootstrap& boot, const BenchOptions& opti
   RegisteredMemory peerData = comm.recvMemory(peer, 200);
   RegisteredMemory peerPackets = comm.recvMemory(peer, 201);
   RegisteredMemory peerFlags = comm.recvMemory(peer, 202);
-  auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(comm, comm.connect(peer, 203), 204, MemoryKind::kHost);
+  auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(comm, comm.connect(peer, 203, MemoryKind::kHost), 204,
+                                                            MemoryKind::kHost);
   MemoryChannel putChannel(sem, peerData, localData, localPackets);
   MemoryChannel packetChannel(sem, peerPackets, localData, localPackets);
   const DeviceWaitOptions waits{nullptr, 0, kBudgetNs};

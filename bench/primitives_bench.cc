@@ -85,7 +85,7 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
   RegisteredMemory srcLocal = comm.registerMemory(src, maxBytes, MemoryKind::kHost);
   comm.sendMemory(dstLocal, peer, 100);
   RegisteredMemory remote = comm.recvMemory(peer, 100);
-  std::shared_ptr<Connection> conn = comm.connect(peer, 101);
+  std::shared_ptr<Connection> conn = comm.connect(peer, 101, MemoryKind::kHost);
   Host2HostSemaphore sem(comm, conn, 102);
   RawSharedBuffer raw(boot, peer, 0, 103);
   // The peer's buffer as the host transport maps it: the floors write to the very same pages.

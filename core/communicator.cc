@@ -61,6 +61,10 @@ struct CommunicatorImpl {
 
   std::shared_ptr<TransportPlugin> plugin(const std::string& name) { return selector->plugin(name); }
   const std::string& choose(PeerClass cls) { return selector->choose(cls); }
+  const std::string& choose(PeerClass cls, MemoryKind kind) { return selector->choose(cls, kind); }
+
+  /// Both sides exchange endpoints over `name` through the bootstrap and connect.
+  std::shared_ptr<Connection> connectOver(int peer, int tag, const std::string& name, uint32_t device);
 
   PeerClass classOf(int peer) const {
     const PeerInfo& me = peers[bootstrap->rank()];
@@ -120,6 +124,8 @@ PeerClass Communicator::peerClass(int peer) const {
 
 std::string Communicator::transportFor(int peer) const { return impl_->choose(peerClass(peer)); }
 
+std::string Communicator::transportFor(int peer, MemoryKind kind) const { return impl_->choose(peerClass(peer), kind); }
+
 RegisteredMemory Communicator::registerMemory(void* ptr, uint64_t bytes, MemoryKind kind) {
   if (ptr == nullptr || bytes == 0) {
     throw Error(ErrorCode::kInvalidArgument, "registerMemory needs a non-null pointer and a non-zero size");
@@ -144,7 +150,7 @@ RegisteredMemory Communicator::registerMemory(void* ptr, uint64_t bytes, MemoryK
     checkGpu(hipGetDevice(&gpuDevice), "hipGetDevice");
   }
   for (PeerClass cls : classes) {
-    const std::string& name = impl_->choose(cls);
+    const std::string& name = impl_->choose(cls, kind);
     if (mem->localRegistrations.count(name)) continue;
     try {
       TransportMemory reg = impl_->plugin(name)->registerMemory(ptr, bytes, kind, gpuDevice);
@@ -173,7 +179,7 @@ RegisteredMemory Communicator::recvMemory(int peer, int tag) {
     throw Error(ErrorCode::kProtocolError, "memory received from rank " + std::to_string(peer) + " claims to be rank " +
                                                std::to_string(d.rank) + "'s");
   }
-  const std::string& name = transportFor(peer);
+  const std::string name = transportFor(peer, d.kind);
   std::string available;
   for (const auto& e : d.entries) {
     available += (available.empty() ? "" : ", ") + e.transport;
@@ -190,30 +196,42 @@ RegisteredMemory Communicator::recvMemory(int peer, int tag) {
 
 std::shared_ptr<Connection> Communicator::connect(int peer, int tag) {
   impl_->checkPeer(peer);
-  const std::string name = transportFor(peer);
-  auto plugin = impl_->plugin(name);
+  return impl_->connectOver(peer, tag, transportFor(peer), 0);
+}
+
+std::shared_ptr<Connection> Communicator::connect(int peer, int tag, MemoryKind kind) {
+  impl_->checkPeer(peer);
+  const std::string name = transportFor(peer, kind);
+  int gpu = -1;
+  if (kind == MemoryKind::kGpu) checkGpu(hipGetDevice(&gpu), "hipGetDevice");
+  return impl_->connectOver(peer, tag, name, TransportSelector::deviceFor(*impl_->plugin(name), kind, gpu));
+}
+
+std::shared_ptr<Connection> detail::CommunicatorImpl::connectOver(int peer, int tag, const std::string& name,
+                                                                  uint32_t device) {
+  const int rank = bootstrap->rank();
+  auto plugin = this->plugin(name);
   auto impl = std::make_unique<detail::ConnectionImpl>();
   impl->transport = name;
   impl->remoteRank = peer;
-  impl->endpoint = plugin->createEndpoint(0);
+  impl->endpoint = plugin->createEndpoint(device);
   detail::ByteWriter w;
   w.put<uint32_t>(kEndpointMagic);
   w.putString(name);
   w.putBlob(impl->endpoint.blob());
-  impl_->bootstrap->sendBytes(w.take(), peer, tag);
-  std::vector<uint8_t> reply = impl_->bootstrap->recvBytes(peer, tag);
+  bootstrap->sendBytes(w.take(), peer, tag);
+  std::vector<uint8_t> reply = bootstrap->recvBytes(peer, tag);
   detail::ByteReader r(reply.data(), reply.size(), "endpoint from rank " + std::to_string(peer));
   if (r.get<uint32_t>() != kEndpointMagic) r.fail("bad magic (is the peer calling connect with the same tag?)");
   std::string peerTransport = r.getString(RegisteredMemoryDescriptor::kMaxTransportName);
   std::vector<uint8_t> peerBlob = r.getBlob(kMaxEndpointBlob);
   if (peerTransport != name) {
-    throw Error(ErrorCode::kInvalidUsage, "rank " + std::to_string(rank()) + " connects to rank " +
-                                              std::to_string(peer) + " over '" + name + "' but rank " +
-                                              std::to_string(peer) + " chose '" + peerTransport +
-                                              "': give both the same [transports] config");
+    throw Error(ErrorCode::kInvalidUsage, "rank " + std::to_string(rank) + " connects to rank " + std::to_string(peer) +
+                                              " over '" + name + "' but rank " + std::to_string(peer) + " chose '" +
+                                              peerTransport + "': give both the same [transports] config");
   }
-  impl->connection = impl->endpoint.connect(peerBlob, impl_->config.bootstrapTimeout);
-  logDebug(LogSubsys::kP2p, "rank {} connected to rank {} over {}", rank(), peer, name);
+  impl->connection = impl->endpoint.connect(peerBlob, config.bootstrapTimeout);
+  logDebug(LogSubsys::kP2p, "rank {} connected to rank {} over {}", rank, peer, name);
   return std::make_shared<Connection>(std::move(impl));
 }
 

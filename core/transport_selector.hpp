@@ -23,8 +23,17 @@ class TransportSelector {
   /// Throws what loadTransportPlugin throws.
   std::shared_ptr<TransportPlugin> plugin(const std::string& name);
 
-  /// The transport for `peerClass`. Throws Error(kPluginError) listing, for each entry tried, why it was refused.
+  /// The transport for `peerClass`: the first entry that loads and offers a device. Throws Error(kPluginError)
+  /// listing, for each entry tried, why it was refused.
   const std::string& choose(PeerClass peerClass);
+
+  /// The transport for `peerClass` that can carry memory of `kind`: the first entry that loads and offers a
+  /// device able to register that kind (host memory goes over `host`, GPU memory over `cuda_ipc`, from one list).
+  const std::string& choose(PeerClass peerClass, MemoryKind kind);
+
+  /// The index of the first device of `plugin` that can register `kind` (for GPU memory, the one of GPU
+  /// `gpuDevice` when the plugin says which GPU a device belongs to); 0 when none says.
+  static uint32_t deviceFor(const TransportPlugin& plugin, MemoryKind kind, int gpuDevice);
 
   /// Why `name` was refused by an earlier choose() ("" when it was not).
   std::string refusal(const std::string& name) const;
@@ -33,7 +42,8 @@ class TransportSelector {
   Config config_;
   std::map<std::string, std::shared_ptr<TransportPlugin>> plugins_;
   std::map<std::string, std::string> refusals_;
-  std::map<PeerClass, std::string> chosen_;
+  const std::string& choose(PeerClass peerClass, int kind);  // kind -1: any
+  std::map<std::pair<PeerClass, int>, std::string> chosen_;
 };
 
 }  // namespace weft

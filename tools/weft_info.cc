@@ -76,20 +76,27 @@ int main(int argc, char** argv) {
         std::printf("  %-10s %s: cannot be used: %s\n", file.name.c_str(), file.path.c_str(), e.what());
       }
     }
-    std::printf("\ntransport chosen per peer class:\n");
+    std::printf("\ntransport chosen per peer class, for host and for GPU memory:\n");
     int unreachable = 0;
     for (weft::PeerClass cls :
          {weft::PeerClass::kSameProcess, weft::PeerClass::kSameHost, weft::PeerClass::kOtherHost}) {
-      std::printf("  %-13s tries [%s]: ", weft::peerClassName(cls), join(config.transportsFor(cls)).c_str());
-      try {
-        std::printf("%s\n", selector.choose(cls).c_str());
-      } catch (const weft::Error& e) {
-        ++unreachable;
-        std::printf("none\n");
-        for (const auto& name : config.transportsFor(cls)) {
-          std::printf("    %s: %s\n", name.c_str(), selector.refusal(name).c_str());
+      std::printf("  %-13s tries [%s]:", weft::peerClassName(cls), join(config.transportsFor(cls)).c_str());
+      std::string reasons;
+      int served = 0;
+      for (weft::MemoryKind kind : {weft::MemoryKind::kHost, weft::MemoryKind::kGpu}) {
+        const char* what = kind == weft::MemoryKind::kHost ? "host memory" : "gpu memory";
+        try {
+          std::printf(" %s: %s;", what, selector.choose(cls, kind).c_str());
+          ++served;
+        } catch (const weft::Error& e) {
+          std::printf(" %s: none;", what);
+          for (const auto& name : config.transportsFor(cls)) {
+            reasons += "    " + name + " (" + what + "): " + selector.refusal(name) + "\n";
+          }
         }
       }
+      std::printf("\n%s", reasons.c_str());
+      if (served == 0) ++unreachable;
     }
     if (unreachable > 0) std::printf("\n%d peer class(es) have no usable transport here.\n", unreachable);
   } catch (const weft::Error& e) {

@@ -54,18 +54,28 @@ class Communicator {
   /// class whose plugin loads and offers a device. Throws kPluginError listing why each entry was refused.
   std::string transportFor(int peer) const;
 
-  /// Registers `bytes` at `ptr` with every transport this rank uses to reach its peers.
+  /// The transport that carries memory of `kind` to `peer`: the first entry of the config's list for that peer
+  /// class whose plugin loads and has a device that can register `kind`. One list thus serves both kinds (the
+  /// default same_host list ["cuda_ipc", "host"] sends GPU memory over cuda_ipc and host memory over host).
+  std::string transportFor(int peer, MemoryKind kind) const;
+
+  /// Registers `bytes` at `ptr` with every transport this rank uses to reach its peers with memory of `kind`.
   /// Host memory that peers on this host should reach must come from allocSharedHostMemory().
   RegisteredMemory registerMemory(void* ptr, uint64_t bytes, MemoryKind kind);
 
   /// Sends a local registration to `peer` (pairs with recvMemory on the peer, same tag).
   void sendMemory(const RegisteredMemory& memory, int peer, int tag);
 
-  /// Receives `peer`'s registration and makes it reachable (imports and, where the transport can, maps it).
+  /// Receives `peer`'s registration and makes it reachable over transportFor(peer, its kind) (imports and, where the
+  /// transport can, maps it).
   RegisteredMemory recvMemory(int peer, int tag);
 
   /// Connects to `peer` over transportFor(peer). Both ranks call it with the same tag.
   std::shared_ptr<Connection> connect(int peer, int tag);
+
+  /// Connects to `peer` over transportFor(peer, kind): the connection that moves memory of `kind` (for GPU
+  /// memory, from the endpoint of the current GPU). Both ranks call it with the same tag and kind.
+  std::shared_ptr<Connection> connect(int peer, int tag, MemoryKind kind);
 
  private:
   std::unique_ptr<detail::CommunicatorImpl> impl_;

@@ -24,15 +24,17 @@ TEST(WeftInfoTest, ShowsPluginsAndChoices) {
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("libweft-transport-host.so"), std::string::npos) << out;
   EXPECT_NE(out.find("device 0: host host-memory load-store"), std::string::npos) << out;
-  EXPECT_NE(out.find("same_host     tries [cuda_ipc, host]: host"), std::string::npos) << out;
-  EXPECT_NE(out.find("other_host    tries [host]: host"), std::string::npos) << out;
+  EXPECT_NE(out.find("same_host     tries [cuda_ipc, host]: host memory: host;"), std::string::npos) << out;
+  EXPECT_NE(out.find("other_host    tries [host]: host memory: host; gpu memory: none;"), std::string::npos) << out;
+  EXPECT_NE(out.find("host (gpu memory): not supported: no device of it can register GPU memory"), std::string::npos)
+      << out;
 }
 
 TEST(WeftInfoTest, SaysWhyNoTransportServesAClass) {
   int status = 0;
   std::string out = run("WEFT_TRANSPORTS_SAME_HOST=nosuch", "", &status);
   EXPECT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("same_host     tries [nosuch]: none"), std::string::npos) << out;
+  EXPECT_NE(out.find("same_host     tries [nosuch]: host memory: none; gpu memory: none;"), std::string::npos) << out;
   EXPECT_NE(out.find("no libweft-transport-nosuch.so in"), std::string::npos) << out;
 }
 
