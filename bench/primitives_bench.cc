@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <weft/communicator.hpp>
 #include <weft/device.hpp>
 #include <weft/error.hpp>
@@ -35,12 +36,15 @@ int countWrong(const uint8_t* p, uint64_t bytes, uint64_t seed) {
 
 // Raw ping-pong: memcpy of `bytes` straight into the peer's buffer (the same mapped pages weft writes to),
 // then a release store of the round number into the peer's flag, which it spins on with acquire loads.
+// Both sides read the flags' current values, then meet (`sync`) before either stores: reading them while
+// the peer might already be storing would race.
 double rawPingPongMicros(RawSharedBuffer& raw, bool first, uint8_t* peerBuffer, const uint8_t* src, uint64_t bytes,
-                         int iters) {
+                         int iters, const std::function<void()>& sync) {
   uint64_t* mine = raw.flag(first ? 0 : 1);
   uint64_t* theirs = raw.flag(first ? 1 : 0);
   uint64_t base = atomicLoad<MemoryOrder::kAcquire>(mine);
   uint64_t sent = atomicLoad<MemoryOrder::kAcquire>(theirs);
+  sync();
   auto waitFor = [&](uint64_t v) {
     if (!spinWaitUntil([&] { return atomicLoad<MemoryOrder::kAcquire>(mine) >= v; }, WaitBudget{30'000'000'000ull})) {
       throw Error(ErrorCode::kTimeout, "raw ping-pong: the peer stopped answering");
@@ -136,8 +140,8 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
     auto t = Clock::now();
     pingPong(iters);
     row.weft = secondsSince(t) * 1e6 / iters / 2;
-    rawPingPongMicros(raw, first, peerBuffer, src, bytes, options.warmup);
-    row.floor = rawPingPongMicros(raw, first, peerBuffer, src, bytes, iters);
+    rawPingPongMicros(raw, first, peerBuffer, src, bytes, options.warmup, pairSync);
+    row.floor = rawPingPongMicros(raw, first, peerBuffer, src, bytes, iters, pairSync);
     rows.push_back(row);
   }
 

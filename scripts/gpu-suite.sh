@@ -31,17 +31,19 @@ nvidia-cuda-mps-control -d && echo "MPS started"
 step gpu-tests ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
 step host-tests ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 300
 if command -v compute-sanitizer >/dev/null; then
-  for t in "$build"/bin/gpu_*; do
+  for t in ${SANITIZE_TESTS:-"$build"/bin/gpu_*}; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     # Timeout-path tests trap on purpose; the sanitizers check the data paths.
-    step "memcheck-$name" compute-sanitizer --tool memcheck --error-exitcode 1 "$t" --gtest_filter=-*Timeout*
-    step "racecheck-$name" compute-sanitizer --tool racecheck --error-exitcode 1 "$t" --gtest_filter=-*Timeout*
+    step "memcheck-$name" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 "$t" \
+      --gtest_filter=-*Timeout*:*Trap*
+    step "racecheck-$name" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 1 "$t" \
+      --gtest_filter=-*Timeout*:*Trap*
   done
 fi
 for n in 2 4; do
   step "bench-primitives-$n" "$build/bin/weft-run" -n $n --timeout 300 -- "$build/bin/weft-bench" primitives \
-    --json "$out/bench.jsonl"
+    -e 67108864 --json "$out/bench.jsonl"
 done
 echo quit | nvidia-cuda-mps-control
 exit $failed

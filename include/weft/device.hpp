@@ -159,18 +159,24 @@ struct WaitBudget {
 };
 
 /// Spins until `done()` returns true or the budget runs out; returns whether `done()` became true.
-/// The clock is read only every 256 polls, so a poll costs one load in the common case. Host threads
-/// yield after a short spin so that oversubscribed CI machines make progress.
+/// The clock is first read after 256 polls and then every 256 polls, so a wait that ends quickly (a
+/// ping-pong) costs loads only; the budget thus starts a few hundred polls late, which is noise next to
+/// any budget worth setting. Host threads yield after a short spin so oversubscribed machines progress.
 template <class Pred>
 WEFT_HOST_DEVICE_INLINE bool spinWaitUntil(Pred&& done, WaitBudget budget) {
-  if (done()) return true;
-  const uint64_t start = clockNanoseconds();
-  for (uint32_t polls = 1;; ++polls) {
+  if (budget.nanoseconds == 0) return done();
+  uint64_t start = 0;
+  for (uint32_t polls = 0;; ++polls) {
     if (done()) return true;
-    if ((polls & 255u) == 0) {
-      if (clockNanoseconds() - start >= budget.nanoseconds) return done();
+    if ((polls & 255u) == 255u) {
+      const uint64_t now = clockNanoseconds();
+      if (start == 0) {
+        start = now;
+      } else if (now - start >= budget.nanoseconds) {
+        return done();
+      }
 #if !defined(WEFT_DEVICE_COMPILE)
-      if (polls >= 4096u) std::this_thread::yield();
+      if (polls >= 4095u) std::this_thread::yield();
 #endif
     }
   }

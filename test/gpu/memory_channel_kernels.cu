@@ -42,6 +42,8 @@ WEFT_DEVICE_INLINE void packetPingPong(const MemoryChannelDeviceHandle& packet, 
       packet.unpackPackets<Packet>(0, 2 * bytes, bytes, flag, tid, n);
       packet.putPackets<Packet>(0, bytes * rank, bytes, flag, tid, n);
     }
+    // Each thread unpacked whole packets; the check below reads bytes other threads wrote.
+    __syncthreads();
     uint64_t bad = 0;
     for (uint64_t i = tid; i < bytes; i += n) bad += staging[i] != channelPattern(peer, round, i) ? 1 : 0;
     countWrong(wrong, bad);
