@@ -34,8 +34,10 @@ if command -v compute-sanitizer >/dev/null; then
   for t in ${SANITIZE_TESTS:-"$build"/bin/gpu_*}; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
-    # Timeout-path tests trap on purpose; the sanitizers check the data paths.
-    step "memcheck-$name" timeout 240 compute-sanitizer --tool memcheck --error-exitcode 1 "$t" \
+    # Timeout-path tests trap on purpose; the sanitizers check the data paths. API errors are not counted: the
+    # cuda_ipc plugin probes allocations (cuMemRetainAllocationHandle fails on cudaMalloc memory) on purpose, and
+    # every API result is checked by the code under test anyway.
+    step "memcheck-$name" timeout 240 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$t" \
       --gtest_filter=-*Timeout*:*Trap*
     step "racecheck-$name" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 1 "$t" \
       --gtest_filter=-*Timeout*:*Trap*
