@@ -8,7 +8,8 @@ constexpr uint32_t kMagic = 0x4d544657;  // "WFTM"
 }
 
 std::vector<uint8_t> RegisteredMemoryDescriptor::serialize() const {
-  if (entries.size() > kMaxEntries) throw Error(ErrorCode::kInvalidArgument, "too many transport handles for one memory");
+  if (entries.size() > kMaxEntries)
+    throw Error(ErrorCode::kInvalidArgument, "too many transport handles for one memory");
   detail::ByteWriter w;
   w.put<uint32_t>(kMagic);
   w.put<uint16_t>(kVersion);
@@ -49,7 +50,8 @@ RegisteredMemoryDescriptor RegisteredMemoryDescriptor::deserialize(const uint8_t
   d.pid = r.get<uint32_t>();
   d.address = r.get<uint64_t>();
   uint32_t n = r.get<uint32_t>();
-  if (n > kMaxEntries) r.fail(std::to_string(n) + " transport handles exceed the limit of " + std::to_string(kMaxEntries));
+  if (n > kMaxEntries)
+    r.fail(std::to_string(n) + " transport handles exceed the limit of " + std::to_string(kMaxEntries));
   for (uint32_t i = 0; i < n; ++i) {
     Entry e;
     e.transport = r.getString(kMaxTransportName);

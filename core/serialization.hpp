@@ -16,7 +16,8 @@ class ByteWriter {
   template <class T>
   void put(T value) {
     static_assert(std::is_integral_v<T>);
-    for (size_t i = 0; i < sizeof(T); ++i) bytes_.push_back(static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i)));
+    for (size_t i = 0; i < sizeof(T); ++i)
+      bytes_.push_back(static_cast<uint8_t>(static_cast<uint64_t>(value) >> (8 * i)));
   }
   void putBytes(const void* data, size_t n) {
     auto p = static_cast<const uint8_t*>(data);
@@ -40,7 +41,8 @@ class ByteWriter {
 /// Reads what ByteWriter wrote; every read is bounds-checked and throws kProtocolError naming `what_`.
 class ByteReader {
  public:
-  ByteReader(const uint8_t* data, size_t size, std::string what) : p_(data), end_(data + size), what_(std::move(what)) {}
+  ByteReader(const uint8_t* data, size_t size, std::string what)
+      : p_(data), end_(data + size), what_(std::move(what)) {}
 
   template <class T>
   T get() {
@@ -52,7 +54,8 @@ class ByteReader {
   }
   std::vector<uint8_t> getBlob(uint32_t maxBytes) {
     uint32_t n = get<uint32_t>();
-    if (n > maxBytes) fail("a blob of " + std::to_string(n) + " bytes exceeds the limit of " + std::to_string(maxBytes));
+    if (n > maxBytes)
+      fail("a blob of " + std::to_string(n) + " bytes exceeds the limit of " + std::to_string(maxBytes));
     need(n);
     std::vector<uint8_t> out(p_, p_ + n);
     p_ += n;
@@ -67,7 +70,8 @@ class ByteReader {
 
  private:
   void need(size_t n) const {
-    if (remaining() < n) fail("truncated (needs " + std::to_string(n) + " more bytes, has " + std::to_string(remaining()) + ")");
+    if (remaining() < n)
+      fail("truncated (needs " + std::to_string(n) + " more bytes, has " + std::to_string(remaining()) + ")");
   }
   const uint8_t* p_;
   const uint8_t* end_;

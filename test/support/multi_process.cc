@@ -102,9 +102,12 @@ std::string describeFailures(const std::vector<RankResult>& results) {
   for (const auto& r : results) {
     if (r.ok()) continue;
     out << "rank " << r.rank;
-    if (r.timedOut) out << " timed out";
-    else if (r.signal) out << " killed by signal " << r.signal;
-    else out << " exited " << r.exitCode;
+    if (r.timedOut)
+      out << " timed out";
+    else if (r.signal)
+      out << " killed by signal " << r.signal;
+    else
+      out << " exited " << r.exitCode;
     out << "; ";
   }
   return out.str();

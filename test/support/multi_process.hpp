@@ -11,8 +11,8 @@ namespace weft::test {
 /// How one forked rank ended.
 struct RankResult {
   int rank = -1;
-  int exitCode = -1;   ///< exit status when it exited, -1 otherwise
-  int signal = 0;      ///< the signal that ended it, 0 when it exited
+  int exitCode = -1;  ///< exit status when it exited, -1 otherwise
+  int signal = 0;     ///< the signal that ended it, 0 when it exited
   bool timedOut = false;
   std::string output;  ///< what it wrote to stdout and stderr
   bool ok() const { return exitCode == 0 && signal == 0 && !timedOut; }
