@@ -6,5 +6,5 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 build=${WEFT_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DWEFT_GPU="${WEFT_GPU:-none}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j "$(nproc)"
-ctest --test-dir "$build" --output-on-failure -LE gpu -j "$(nproc)" --timeout 300
+cmake --build "$build" -j "${WEFT_CI_JOBS:-$(nproc)}"
+ctest --test-dir "$build" --output-on-failure -LE gpu -j 2 --timeout 300
