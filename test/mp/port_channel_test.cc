@@ -108,13 +108,13 @@ TEST(PortChannelTest, PutWithSignalAndFlushLetsTheSourceBeReusedAtOnce) {
     if (rank == 0) {
       for (int r = 0; r < kRounds; ++r) {
         std::memset(s.src, r & 0xff, kBytes);  // the same source every round: flush must have finished the copy
-        ch.putWithSignalAndFlush(uint64_t{r} * kBytes, 0, kBytes);
+        ch.putWithSignalAndFlush(static_cast<uint64_t>(r) * kBytes, 0, kBytes);
       }
     } else {
       for (int r = 0; r < kRounds; ++r) ch.wait();
       uint64_t wrong = 0;
       for (int r = 0; r < kRounds; ++r) {
-        for (uint64_t i = 0; i < kBytes; ++i) wrong += s.dst[uint64_t{r} * kBytes + i] != static_cast<uint8_t>(r);
+        for (uint64_t i = 0; i < kBytes; ++i) wrong += s.dst[static_cast<uint64_t>(r) * kBytes + i] != static_cast<uint8_t>(r);
       }
       EXPECT_EQ(wrong, 0u);
     }
@@ -140,7 +140,7 @@ TEST(PortChannelTest, ManyProducerThreadsAndProxyThreadsCountExactly) {
       threads.emplace_back([&, t] {
         const PortChannelDeviceHandle ch = s.channels[t % 2].deviceHandle();
         for (int i = 0; i < kPerThread; ++i) {
-          const uint64_t off = 64 + kSlice * (uint64_t{t} * kPerThread + i);
+          const uint64_t off = 64 + kSlice * (static_cast<uint64_t>(t) * kPerThread + i);
           ch.put(off, kSlice);
           ch.atomicAdd(8 * (t % 2), 1);
         }
