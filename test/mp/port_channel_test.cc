@@ -114,7 +114,8 @@ TEST(PortChannelTest, PutWithSignalAndFlushLetsTheSourceBeReusedAtOnce) {
       for (int r = 0; r < kRounds; ++r) ch.wait();
       uint64_t wrong = 0;
       for (int r = 0; r < kRounds; ++r) {
-        for (uint64_t i = 0; i < kBytes; ++i) wrong += s.dst[static_cast<uint64_t>(r) * kBytes + i] != static_cast<uint8_t>(r);
+        for (uint64_t i = 0; i < kBytes; ++i)
+          wrong += s.dst[static_cast<uint64_t>(r) * kBytes + i] != static_cast<uint8_t>(r);
       }
       EXPECT_EQ(wrong, 0u);
     }
