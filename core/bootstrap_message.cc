@@ -107,7 +107,20 @@ std::vector<uint8_t> encodeFrame(FrameType type, int32_t tag, const void* payloa
   return frame;
 }
 
+void FrameDecoder::setMaxLength(uint64_t maxLength) {
+  maxLength_ = maxLength;
+  if (maxLength_ > kMaxHelloBytes && !held_.empty()) {
+    std::vector<uint8_t> rest = std::move(held_);
+    held_.clear();
+    feed(rest.data(), rest.size());
+  }
+}
+
 void FrameDecoder::feed(const uint8_t* data, size_t size) {
+  if (!held_.empty()) {  // still waiting for the limit to rise: keep everything in order behind what is held
+    held_.insert(held_.end(), data, data + size);
+    return;
+  }
   while (size > 0) {
     if (!inBody_) {
       size_t take = std::min(size, kFrameHeaderBytes - headerFill_);
@@ -131,6 +144,12 @@ void FrameDecoder::feed(const uint8_t* data, size_t size) {
       frames_.push_back(Frame{current_.type, current_.tag, std::move(body_)});
       body_ = {};
       inBody_ = false;
+      if (maxLength_ <= kMaxHelloBytes && size > 0) {
+        // Held, not decoded: what follows a hello is judged once the hello is checked. The caller checks the
+        // hello before it reads again, so this holds at most one read's worth.
+        held_.assign(data, data + size);
+        return;
+      }
     }
   }
 }

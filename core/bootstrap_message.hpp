@@ -77,11 +77,15 @@ class FrameDecoder {
   /// Whether part of a frame has been fed but not completed (an end of stream now means truncation).
   bool midFrame() const { return headerFill_ > 0 || inBody_; }
 
-  /// Largest payload accepted from now on (kMaxHelloBytes until the peer is authenticated).
-  void setMaxLength(uint64_t maxLength) { maxLength_ = maxLength; }
+  /// Largest payload accepted from now on (kMaxHelloBytes until the peer is authenticated). While the limit is
+  /// at most kMaxHelloBytes the decoder stops after each complete frame and keeps the bytes behind it: a peer may
+  /// send its hello and its first messages in one burst, and those messages must be judged by the limit that
+  /// holds once the hello has been checked. Raising the limit decodes the kept bytes (more frames may queue).
+  void setMaxLength(uint64_t maxLength);
 
  private:
   uint64_t maxLength_ = kMaxFrameBytes;
+  std::vector<uint8_t> held_;  ///< bytes after a frame completed under the hello limit
   std::array<uint8_t, kFrameHeaderBytes> header_{};
   size_t headerFill_ = 0;
   bool inBody_ = false;

@@ -72,6 +72,36 @@ TEST(BootstrapMessageTest, OversizedLengthIsRefusedBeforeAllocating) {
   EXPECT_EQ(codeOf([] { encodeFrame(FrameType::kUser, 0, nullptr, kMaxFrameBytes + 1); }), ErrorCode::kInvalidArgument);
 }
 
+// Under ASan in CI a peer's hello and its first 2 KB message arrived in one read, and the message was refused
+// with the hello's size limit: what follows a hello must wait for the limit that holds once the hello is checked.
+TEST(BootstrapMessageTest, FramesBehindAHelloWaitForTheLimitToRise) {
+  std::vector<uint8_t> hello(100, 7), message(2008, 9);
+  std::vector<uint8_t> burst = encodeFrame(FrameType::kHello, 0, hello.data(), hello.size());
+  auto m = encodeFrame(FrameType::kUser, 5, message.data(), message.size());
+  burst.insert(burst.end(), m.begin(), m.end());
+  auto tail = encodeFrame(FrameType::kUser, 6, message.data(), 10);
+  FrameDecoder d;
+  d.setMaxLength(kMaxHelloBytes);
+  d.feed(burst.data(), burst.size());  // no throw: the 2008-byte frame is held, not judged
+  d.feed(tail.data(), tail.size());    // more bytes queue behind it, in order
+  ASSERT_TRUE(d.hasFrame());
+  EXPECT_EQ(d.pop().payload.size(), hello.size());
+  EXPECT_FALSE(d.hasFrame());
+  d.setMaxLength(kMaxFrameBytes);  // authenticated
+  ASSERT_TRUE(d.hasFrame());
+  Frame f = d.pop();
+  EXPECT_EQ(f.tag, 5);
+  EXPECT_EQ(f.payload, message);
+  ASSERT_TRUE(d.hasFrame());
+  EXPECT_EQ(d.pop().tag, 6);
+  // An unauthenticated peer's oversized second frame is still refused when nothing raises the limit.
+  FrameDecoder g;
+  g.setMaxLength(kMaxHelloBytes);
+  std::vector<uint8_t> big(kFrameHeaderBytes);
+  encodeFrameHeader({FrameType::kHello, 0, kMaxHelloBytes + 1}, big.data());
+  EXPECT_EQ(codeOf([&] { g.feed(big.data(), big.size()); }), ErrorCode::kProtocolError);
+}
+
 TEST(BootstrapMessageTest, GarbledHeadersAreProtocolErrors) {
   std::vector<uint8_t> good(kFrameHeaderBytes);
   encodeFrameHeader({FrameType::kUser, 5, 0}, good.data());
