@@ -96,7 +96,8 @@ const std::vector<TransportOptionInfo> kKnownOptions = {
      {},
      0,
      0,
-     "Use RDMA atomics for signals (false: signals are sent as writes followed by a flush)."},
+     "Signal with RDMA atomic fetch-add (default); false: a send carrying the add, applied by the peer's receiver "
+     "thread (host-memory tokens only)."},
 };
 
 const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "warning", "error", "off", "none"};
