@@ -1,6 +1,7 @@
 // weft-bench: measures weft beside floors measured in the same run. Runs under weft-run, mpirun, srun or
 // torchrun (the bootstrap reads the launcher's environment).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <weft/bootstrap.hpp>
@@ -8,6 +9,7 @@
 
 #include "bench_options.hpp"
 #include "fifo_bench.hpp"
+#include "gpu_primitives_bench.hpp"
 #include "memory_channel_bench.hpp"
 #include "primitives_bench.hpp"
 #include "serialization.hpp"
@@ -89,7 +91,10 @@ int main(int argc, char** argv) {
   auto* memoryChannel = app.add_subcommand(
       "memory-channel", "semaphore and LL8/LL16 packet ping-pong, MemoryChannel put bandwidth between rank pairs");
   auto* fifo = app.add_subcommand("fifo", "FIFO round trip and trigger rate (one producer, one proxy thread)");
-  for (CLI::App* sub : {primitives, memoryChannel, fifo}) {
+  auto* gpu = app.add_subcommand("gpu",
+                                 "GPU kernels on GPU memory between rank pairs: semaphore, LL8/LL16 and PortChannel "
+                                 "ping-pong, PortChannel and MemoryChannel put bandwidth (sizes: multiples of 16)");
+  for (CLI::App* sub : {primitives, memoryChannel, fifo, gpu}) {
     sub->add_option("-b,--minbytes", options.minBytes, "smallest message in bytes")->capture_default_str();
     sub->add_option("-e,--maxbytes", options.maxBytes, "largest message in bytes")->capture_default_str();
     sub->add_option("-f,--stepfactor", options.stepFactor, "size multiplier between steps")->capture_default_str();
@@ -120,6 +125,14 @@ int main(int argc, char** argv) {
       auto rows = weft::bench::runFifoBench(options);
       weft::bench::printTable(stdout, "weft-bench fifo: rank 0 (floor: raw mapped-memory flags)", rows);
       weft::bench::writeJsonLines(options.jsonPath, "weft", boot->size(), rows);
+    }
+    if ((all && weft::bench::gpuPrimitivesAvailable()) || gpu->parsed()) {
+      weft::bench::BenchOptions gpuOptions = options;
+      if (all) gpuOptions.minBytes = std::max<uint64_t>(gpuOptions.minBytes, 16);  // whole 16-byte units
+      reportPairs(*boot, weft::bench::runGpuPrimitives(*boot, gpuOptions), options,
+                  "gpu (kernels on GPU memory; floors: raw flags, raw copies, hipMemcpyAsync)");
+    } else if (all && boot->rank() == 0) {
+      std::printf("weft-bench gpu: skipped (%s)\n", "no GPU in this build or on this machine");
     }
     boot->barrier();
   } catch (const weft::Error& e) {

@@ -22,6 +22,7 @@ struct TomlInvariantBroken {};
 #include <limits>
 #include <sstream>
 #include <weft/error.hpp>
+#include <weft/proxy_service.hpp>
 
 #include "logging.hpp"
 
@@ -268,11 +269,12 @@ class FileParser {
   FileParser(const std::string& source, Config& config) : source_(source), config_(config) {}
 
   void parseRoot(const toml::table& root) {
-    checkKeys(root, "", {"plugins", "transports", "transport", "bootstrap", "log"});
+    checkKeys(root, "", {"plugins", "transports", "transport", "bootstrap", "proxy", "log"});
     if (const toml::node* n = root.get("plugins")) parsePlugins(tableOf(*n, "plugins"));
     if (const toml::node* n = root.get("transports")) parseTransports(tableOf(*n, "transports"));
     if (const toml::node* n = root.get("transport")) parseTransportOptions(tableOf(*n, "transport"));
     if (const toml::node* n = root.get("bootstrap")) parseBootstrap(tableOf(*n, "bootstrap"));
+    if (const toml::node* n = root.get("proxy")) parseProxy(tableOf(*n, "proxy"));
     if (const toml::node* n = root.get("log")) parseLog(tableOf(*n, "log"));
   }
 
@@ -417,6 +419,23 @@ class FileParser {
       std::string name = stringOf(*n, "bootstrap.interface");
       if (name.empty()) fail(n->source(), "'bootstrap.interface' is empty");
       config_.bootstrapInterface = std::move(name);
+    }
+  }
+
+  void parseProxy(const toml::table& table) {
+    checkKeys(table, "proxy.", {"threads", "pin_numa"});
+    if (const toml::node* n = table.get("threads")) {
+      int64_t threads = intOf(*n, "proxy.threads");
+      if (threads < 1 || threads > kMaxProxyThreads) {
+        fail(n->source(), "'proxy.threads' must be in [1, " + std::to_string(kMaxProxyThreads) + "], got " +
+                              std::to_string(threads));
+      }
+      config_.proxyThreads = static_cast<int>(threads);
+    }
+    if (const toml::node* n = table.get("pin_numa")) {
+      const auto* b = n->as_boolean();
+      if (b == nullptr) failType(*n, "proxy.pin_numa", "a boolean");
+      config_.proxyPinNuma = b->get();
     }
   }
 
@@ -742,6 +761,18 @@ void Config::applyEnvironment(const Environment& env) {
     bootstrapTimeout = std::chrono::milliseconds(*ms);
   }
   if (std::optional<std::string> value = paramString("WEFT_BOOTSTRAP_INTERFACE", env)) bootstrapInterface = *value;
+  if (std::optional<std::string> value = paramString("WEFT_PROXY_THREADS", env)) {
+    std::optional<int64_t> threads = parseParamInt(*value);
+    if (!threads || *threads < 1 || *threads > kMaxProxyThreads) {
+      failVariable("WEFT_PROXY_THREADS", *value, "must be an integer in [1, " + std::to_string(kMaxProxyThreads) + "]");
+    }
+    proxyThreads = static_cast<int>(*threads);
+  }
+  if (std::optional<std::string> value = paramString("WEFT_PROXY_PIN_NUMA", env)) {
+    std::optional<bool> pin = parseParamBool(*value);
+    if (!pin) failVariable("WEFT_PROXY_PIN_NUMA", *value, "must be a boolean (1/0, true/false, yes/no, on/off)");
+    proxyPinNuma = *pin;
+  }
   if (std::optional<std::string> value = paramString("WEFT_LOG_LEVEL", env)) {
     if (!validLogLevel(*value)) failVariable("WEFT_LOG_LEVEL", *value, "must be " + kLogLevelRule);
     logLevel = *value;

@@ -61,6 +61,12 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_HOST_ID", "string", "",
      "Overrides the host identity used to tell same-host peers from other-host peers (default: derived from the "
      "hostname, boot id and network namespace); ranks with equal values are treated as one host."},
+    {"WEFT_PROXY_THREADS", "int", "1",
+     "Proxy threads of each ProxyService made from the config (each with its own FIFO; connections are spread over "
+     "them). Overrides [proxy] threads."},
+    {"WEFT_PROXY_PIN_NUMA", "bool", "1",
+     "Pin proxy threads to the GPU's NUMA node (through hwloc; a GPU with no NUMA node leaves them unpinned). "
+     "Overrides [proxy] pin_numa."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},

@@ -308,6 +308,15 @@ struct ProxyServiceImpl {
 
 }  // namespace detail
 
+ProxyServiceOptions ProxyServiceOptions::fromConfig(const Config& config) {
+  ProxyServiceOptions o;
+  o.threads = config.proxyThreads;
+  o.pinToGpuNumaNode = config.proxyPinNuma;
+  return o;
+}
+
+ProxyService::ProxyService(Communicator& comm) : ProxyService(comm, ProxyServiceOptions::fromConfig(comm.config())) {}
+
 ProxyService::ProxyService(Communicator& comm, ProxyServiceOptions options)
     : impl_(std::make_unique<detail::ProxyServiceImpl>(comm, std::move(options))) {
   auto& o = impl_->options;

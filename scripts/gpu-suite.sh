@@ -2,6 +2,7 @@
 # Runs weft's GPU test suite, the compute-sanitizer checks and the GPU benchmarks on a machine with a GPU,
 # from a CUDA build made elsewhere (docs/gpu-testing.md): bash scripts/gpu-suite.sh BUILD_DIR [OUT_DIR]
 # Every step runs even when an earlier one fails; the exit status says whether all passed.
+# SUITE_STEPS (default "tests host sanitize bench gpubench") picks the groups to run.
 set -uo pipefail
 build=${1:?usage: gpu-suite.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-gpu-results}}
@@ -14,6 +15,8 @@ if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" &&
 if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
 export WEFT_PLUGIN_PATH="$build/lib/weft"
 failed=0
+steps=" ${SUITE_STEPS:-tests host sanitize bench gpubench} "
+want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, remembers a failure
   local name=$1
   shift
@@ -28,9 +31,9 @@ export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 nvidia-cuda-mps-control -d && echo "MPS started"
 
-step gpu-tests ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
-step host-tests ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 300
-if command -v compute-sanitizer >/dev/null; then
+want tests && step gpu-tests ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
+want host && step host-tests ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 300 -j 4
+if want sanitize && command -v compute-sanitizer >/dev/null; then
   for t in ${SANITIZE_TESTS:-"$build"/bin/gpu_*}; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
@@ -44,8 +47,14 @@ if command -v compute-sanitizer >/dev/null; then
   done
 fi
 for n in 2 4; do
+  want bench || break
   step "bench-primitives-$n" "$build/bin/weft-run" -n $n --timeout 300 -- "$build/bin/weft-bench" primitives \
     -e 67108864 --json "$out/bench.jsonl"
 done
+# The GPU kernels' figures over the issue's whole range, 1 KB to 1 GB.
+if want gpubench; then
+  step bench-gpu-2 "$build/bin/weft-run" -n 2 --timeout 400 -- "$build/bin/weft-bench" gpu -b 1024 -e 1073741824 \
+    -f 4 --json "$out/bench-gpu.jsonl"
+fi
 echo quit | nvidia-cuda-mps-control
 exit $failed

@@ -57,6 +57,10 @@ struct Config {
   std::chrono::milliseconds bootstrapTimeout{30000};
   /// [bootstrap] interface: network interface for the bootstrap; empty = choose automatically.
   std::string bootstrapInterface;
+  /// [proxy] threads: proxy threads per ProxyService built from this config (ProxyServiceOptions::fromConfig).
+  int proxyThreads = 1;
+  /// [proxy] pin_numa: pin proxy threads to the GPU's NUMA node.
+  bool proxyPinNuma = true;
   /// [log] level and subsys, as WEFT_LOG_LEVEL / WEFT_LOG_SUBSYS take them; empty = not set by the config.
   std::string logLevel, logSubsys;
   /// Where the values came from: "built-in defaults" or the file's path.
@@ -82,7 +86,8 @@ struct Config {
   static Config load(const Environment& env);
 
   /// Overrides single keys from the process environment: WEFT_PLUGIN_PATH (prepended), WEFT_TRANSPORTS_<CLASS>,
-  /// WEFT_BOOTSTRAP_TIMEOUT_MS, WEFT_BOOTSTRAP_INTERFACE, WEFT_TRANSPORT_<NAME>_<KEY>, WEFT_LOG_LEVEL,
+  /// WEFT_BOOTSTRAP_TIMEOUT_MS, WEFT_BOOTSTRAP_INTERFACE, WEFT_PROXY_THREADS, WEFT_PROXY_PIN_NUMA,
+  /// WEFT_TRANSPORT_<NAME>_<KEY>, WEFT_LOG_LEVEL,
   /// WEFT_LOG_SUBSYS. Throws Error(kConfigError) naming the variable when one is malformed; `*this` may then be
   /// partly updated.
   void applyEnvironment();

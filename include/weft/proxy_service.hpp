@@ -44,6 +44,10 @@ struct ProxyServiceOptions {
   /// Pin each proxy thread to the NUMA node of the current GPU (through hwloc). A GPU that reports no NUMA node
   /// (-1, as in many VMs), or no GPU at all, leaves the threads unpinned; that is logged once.
   bool pinToGpuNumaNode = true;
+
+  /// The defaults with what the config sets: [proxy] threads and pin_numa (and their WEFT_PROXY_* variables, once
+  /// Config::load applied them).
+  static ProxyServiceOptions fromConfig(const Config& config);
 };
 
 /// The proxy of one rank. Set up (addMemory, buildSemaphore, portChannel) from one thread; these may also be called
@@ -52,7 +56,9 @@ class ProxyService {
  public:
   /// Prepares the FIFOs and loads the handler plugins; starts no thread yet. Throws Error(kInvalidArgument) for bad
   /// options, Error(kPluginError) for a plugin that cannot be found, loaded or initialized.
-  explicit ProxyService(Communicator& comm, ProxyServiceOptions options = {});
+  ProxyService(Communicator& comm, ProxyServiceOptions options);
+  /// As above with ProxyServiceOptions::fromConfig(comm.config()).
+  explicit ProxyService(Communicator& comm);
   ~ProxyService();
   ProxyService(const ProxyService&) = delete;
   ProxyService& operator=(const ProxyService&) = delete;

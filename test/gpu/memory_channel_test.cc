@@ -1,7 +1,7 @@
 // MemoryChannel on the GPU: every method (put, get, write, read, signal, wait, relaxed variants, poll, LL16 and
-// LL8 packets) run by a block of GPU threads per rank, between two ranks sharing one GPU whose buffers the
-// cuda_ipc transport maps into each other; as forked processes and as threads of one process. Plus the packet
-// read timeout: the kernel traps and the host reads the record.
+// LL8 packets) run by a block of GPU threads per rank, between rank pairs (2 or 4 ranks) sharing one GPU whose buffers
+// the cuda_ipc transport maps into each other; as forked processes and as threads of one process. Plus the packet read
+// timeout: the kernel traps and the host reads the record.
 //
 // Tests that fork come first: the parent must not initialise the GPU runtime before forking, and GoogleTest runs
 // a file's tests in order (ctest runs each test in its own process anyway).
@@ -79,13 +79,15 @@ constexpr int kThreads = 256;
 void exerciseRank(int rank, int size, const UniqueId& id) {
   checkGpu(hipSetDevice(0), "hipSetDevice");
   Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(10000)), ipcConfig());
-  const int peer = 1 - rank;
+  const int peer = rank ^ 1;  // pairs (0,1), (2,3), ... all on one GPU; each pair runs the two-rank exercise
+  const int role = rank & 1;
+  const int peerRole = peer & 1;
   GpuBuffer data(channelDataBytes(kBytes));
   GpuBuffer packets(packetBufferBytes<LL16Packet>(kBytes));
   GpuBuffer check(sizeof(ChannelCheck));
   std::vector<uint8_t> mine(kBytes);
-  for (uint64_t i = 0; i < kBytes; ++i) mine[i] = channelPattern(rank, 0, i);
-  checkGpu(hipMemcpy(static_cast<uint8_t*>(data.get()) + kBytes * rank, mine.data(), kBytes, hipMemcpyHostToDevice),
+  for (uint64_t i = 0; i < kBytes; ++i) mine[i] = channelPattern(role, 0, i);
+  checkGpu(hipMemcpy(static_cast<uint8_t*>(data.get()) + kBytes * role, mine.data(), kBytes, hipMemcpyHostToDevice),
            "hipMemcpy");
   RegisteredMemory localData = comm.registerMemory(data.get(), data.bytes(), MemoryKind::kGpu);
   RegisteredMemory localPackets = comm.registerMemory(packets.get(), packets.bytes(), MemoryKind::kGpu);
@@ -101,7 +103,7 @@ void exerciseRank(int rank, int size, const UniqueId& id) {
   const DeviceWaitOptions options{errors.deviceRecord(), 0, 10000 * kMs};
   Stream stream;
   comm.bootstrap().barrier();
-  launchChannelExercise(putChannel.deviceHandle(options), packetChannel.deviceHandle(options), rank, kBytes, kRounds,
+  launchChannelExercise(putChannel.deviceHandle(options), packetChannel.deviceHandle(options), role, kBytes, kRounds,
                         kThreads, static_cast<ChannelCheck*>(check.get()), stream.get());
   hipError_t e = hipStreamSynchronize(stream.get());
   ASSERT_FALSE(errors.hasError()) << errors.describe();
@@ -119,7 +121,7 @@ void exerciseRank(int rank, int size, const UniqueId& id) {
   // The host's own look at what the peer's put left in this rank's buffer.
   std::vector<uint8_t> arrived = data.toHost();
   uint64_t wrong = 0;
-  for (uint64_t i = 0; i < kBytes; ++i) wrong += arrived[kBytes * peer + i] != channelPattern(peer, 0, i);
+  for (uint64_t i = 0; i < kBytes; ++i) wrong += arrived[kBytes * peerRole + i] != channelPattern(peerRole, 0, i);
   EXPECT_EQ(wrong, 0u);
   comm.bootstrap().barrier();  // the peer's kernel is done with this rank's memory before it is freed
 }
@@ -129,6 +131,14 @@ TEST(MemoryChannelGpu, EveryMethodBetweenTwoProcesses) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = runRanks(
       2, [&](int rank, int n) { exerciseRank(rank, n, id); }, std::chrono::seconds(90));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST(MemoryChannelGpu, EveryMethodBetweenFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      4, [&](int rank, int n) { exerciseRank(rank, n, id); }, std::chrono::seconds(120));
   WEFT_EXPECT_RANKS_OK(results);
 }
 
@@ -159,20 +169,23 @@ TEST(MemoryChannelGpu, PacketReadNobodyWritesTrapsAndIsRecorded) {
 }
 
 // Last: this initialises the runtime in the test process itself.
-TEST(MemoryChannelGpu, EveryMethodBetweenTwoThreads) {
+TEST(MemoryChannelGpu, EveryMethodBetweenTwoAndFourThreads) {
   if (!gpuPresentWithoutInit() || gpuDeviceCount() == 0) GTEST_SKIP() << "no GPU on this machine";
-  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        exerciseRank(r, 2, id);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-      }
-    });
+  for (int size : {2, 4}) {
+    SCOPED_TRACE("ranks as threads: " + std::to_string(size));
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < size; ++r) {
+      ranks.emplace_back([&, r, size] {
+        try {
+          exerciseRank(r, size, id);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << ": " << e.what();
+        }
+      });
+    }
+    for (auto& t : ranks) t.join();
   }
-  for (auto& t : ranks) t.join();
 }
 
 #else

@@ -52,7 +52,8 @@ class Stream {
 void pingPongRank(int rank, int size, const UniqueId& id) {
   checkGpu(hipSetDevice(0), "hipSetDevice");
   Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(10000)), ipcConfig());
-  const int peer = 1 - rank;
+  const int peer = rank ^ 1;  // pairs (0,1), (2,3), ... all on one GPU
+  const int role = rank & 1;
   MemoryDevice2DeviceSemaphore sem(comm, comm.connect(peer, 1), 2, MemoryKind::kGpu);
   ASSERT_EQ(sem.kind(), MemoryKind::kGpu);
   DeviceErrorBlock errors;
@@ -60,7 +61,7 @@ void pingPongRank(int rank, int size, const UniqueId& id) {
   constexpr int kRounds = 1000;
   constexpr int kWaiters = 64;
   comm.bootstrap().barrier();
-  launchSemaphorePingPong(sem.deviceHandle({errors.deviceRecord(), 0, 10000 * kMs}), rank, kRounds, kWaiters,
+  launchSemaphorePingPong(sem.deviceHandle({errors.deviceRecord(), 0, 10000 * kMs}), role, kRounds, kWaiters,
                           stream.get());
   hipError_t e = hipStreamSynchronize(stream.get());
   EXPECT_FALSE(errors.hasError()) << errors.describe();
@@ -73,6 +74,14 @@ TEST(MemorySemaphoreGpu, PingPongBetweenTwoProcesses) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = runRanks(
       2, [&](int rank, int n) { pingPongRank(rank, n, id); }, std::chrono::seconds(60));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST(MemorySemaphoreGpu, PingPongBetweenFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      4, [&](int rank, int n) { pingPongRank(rank, n, id); }, std::chrono::seconds(60));
   WEFT_EXPECT_RANKS_OK(results);
 }
 
@@ -109,20 +118,23 @@ TEST(MemorySemaphoreGpu, WaitNobodySignalsTrapsAndIsRecorded) {
 }
 
 // Last: this initialises the runtime in the test process itself.
-TEST(MemorySemaphoreGpu, PingPongBetweenTwoThreads) {
+TEST(MemorySemaphoreGpu, PingPongBetweenTwoAndFourThreads) {
   if (!gpuPresentWithoutInit() || gpuDeviceCount() == 0) GTEST_SKIP() << "no GPU on this machine";
-  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        pingPongRank(r, 2, id);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-      }
-    });
+  for (int size : {2, 4}) {
+    SCOPED_TRACE("ranks as threads: " + std::to_string(size));
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < size; ++r) {
+      ranks.emplace_back([&, r, size] {
+        try {
+          pingPongRank(r, size, id);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << ": " << e.what();
+        }
+      });
+    }
+    for (auto& t : ranks) t.join();
   }
-  for (auto& t : ranks) t.join();
 }
 
 #else

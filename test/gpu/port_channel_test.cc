@@ -1,11 +1,14 @@
-// PortChannel driven by GPU kernels between two forked ranks: the FIFO, the proxy and Host2DeviceSemaphore on the
-// GPU path. Data moves over the host transport (shared host memory: the cuda_ipc transport was not there yet when
-// this was written), so the kernels ask for puts of host buffers and wait on semaphore counters the GPU reads through
-// mapped host memory. Also the timeout path: a kernel waiting for a signal that never comes traps with a record
-// naming the channel wait.
+// PortChannel driven by GPU kernels: the FIFO, the proxy and Host2DeviceSemaphore on the GPU path.
+// - Over cuda_ipc on GPU memory (the copy engine moves the data, a signal kernel adds to the peer's counter in GPU
+//   memory): every device-handle method, between rank pairs of 2 and 4 forked ranks and of 2 and 4 threads.
+// - Over the host transport on host buffers (semaphore counters the GPU reads through mapped host memory).
+// - The timeout path: a kernel waiting for a signal that never comes traps with a record naming the channel wait.
+// Tests that fork come first: the parent must not initialise the GPU runtime before forking.
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
+#include <vector>
 #include <weft/communicator.hpp>
 #include <weft/error.hpp>
 #include <weft/gpu.hpp>
@@ -30,6 +33,102 @@ Config hostOnlyConfig() {
 }
 
 uint8_t pattern(uint64_t i) { return static_cast<uint8_t>(i * 13 + 5); }
+
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+
+Config ipcConfig() {
+  Config c = Config::defaults();
+  c.transports[PeerClass::kSameProcess] = {"cuda_ipc"};
+  c.transports[PeerClass::kSameHost] = {"cuda_ipc"};
+  c.bootstrapTimeout = milliseconds(20000);
+  return c;
+}
+
+constexpr uint64_t kPortBytes = (64 << 10) + 5;  // odd: the copy engine sees unaligned sizes
+constexpr int kPortRounds = 20;
+
+// One rank of the cuda_ipc exercise: pairs (0,1), (2,3), ...; the kernel drives every channel method.
+void portExerciseRank(int rank, int size, const UniqueId& id) {
+  checkGpu(hipSetDevice(0), "hipSetDevice");
+  Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), ipcConfig());
+  const int peer = rank ^ 1;
+  const int role = rank & 1;
+  ProxyServiceOptions o;
+  o.side = HandleSide::kDevice;
+  o.budgetNs = 20'000 * kMs;
+  ProxyService proxy(comm, o);
+  const uint64_t dataBytes = portDataBytes(kPortBytes);
+  void* data = nullptr;
+  void* check = nullptr;
+  checkGpu(hipMalloc(&data, dataBytes), "hipMalloc");
+  checkGpu(hipMemset(data, 0, dataBytes), "hipMemset");
+  checkGpu(hipMalloc(&check, sizeof(PortCheck)), "hipMalloc");
+  checkGpu(hipMemset(check, 0, sizeof(PortCheck)), "hipMemset");
+  {
+    RegisteredMemory local = comm.registerMemory(data, dataBytes, MemoryKind::kGpu);
+    comm.sendMemory(local, peer, 1);
+    MemoryId remote = proxy.addMemory(comm.recvMemory(peer, 1));
+    MemoryId src = proxy.addMemory(local);
+    std::shared_ptr<Connection> connection = comm.connect(peer, 2, MemoryKind::kGpu);
+    EXPECT_EQ(connection->transport(), "cuda_ipc");
+    SemaphoreId sem = proxy.buildSemaphore(connection, 3);
+    PortChannel channel = proxy.portChannel(sem, remote, src);
+    proxy.start();
+    hipStream_t stream = nullptr;
+    checkGpu(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "hipStreamCreateWithFlags");
+    comm.bootstrap().barrier();
+    launchPortExercise(channel.deviceHandle(), static_cast<uint8_t*>(data), kPortBytes, role, kPortRounds, 256,
+                       static_cast<PortCheck*>(check), stream);
+    const hipError_t e = hipStreamSynchronize(stream);
+    EXPECT_FALSE(proxy.errors().hasError()) << proxy.errors().describe();
+    proxy.checkError();
+    checkGpu(e, "port exercise kernel");
+    (void)hipStreamDestroy(stream);
+    PortCheck c{};
+    checkGpu(hipMemcpy(&c, check, sizeof(c), hipMemcpyDeviceToHost), "hipMemcpy");
+    EXPECT_EQ(c.putWrong, 0u);
+    EXPECT_EQ(c.putWithSignalWrong, 0u);
+    EXPECT_EQ(c.putSignalFlushWrong, 0u);
+    EXPECT_EQ(c.counterWrong, 0u);
+    EXPECT_EQ(c.pollAfterAll, 0u);
+    EXPECT_EQ(c.rounds, static_cast<uint64_t>(kPortRounds));
+    // The host's own look at the last round's landing slices and the counter.
+    std::vector<uint8_t> arrived(dataBytes);
+    checkGpu(hipMemcpy(arrived.data(), data, dataBytes, hipMemcpyDeviceToHost), "hipMemcpy");
+    uint64_t wrong = 0;
+    for (uint64_t slice = 1; slice <= 3; ++slice) {
+      for (uint64_t i = 0; i < kPortBytes; ++i) {
+        wrong += arrived[slice * kPortBytes + i] != portPattern(1 - role, kPortRounds - 1, i);
+      }
+    }
+    EXPECT_EQ(wrong, 0u);
+    uint64_t counter = 0;
+    std::memcpy(&counter, arrived.data() + portCounterOffset(kPortBytes), sizeof(counter));
+    EXPECT_EQ(counter, static_cast<uint64_t>(kPortRounds) * (kPortRounds + 1) / 2);
+    comm.bootstrap().barrier();  // the peer is done with this rank's memory
+    proxy.stop();
+  }
+  (void)hipFree(data);
+  (void)hipFree(check);
+}
+
+TEST(PortChannelGpu, EveryMethodOverCudaIpcBetweenTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_port_channel_test covers host threads";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      2, [&](int rank, int n) { portExerciseRank(rank, n, id); }, std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST(PortChannelGpu, EveryMethodOverCudaIpcBetweenFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_port_channel_test covers host threads";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      4, [&](int rank, int n) { portExerciseRank(rank, n, id); }, std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+#endif
 
 TEST(PortChannelGpu, KernelsPutSignalFlushAndWaitBetweenTwoRanks) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_port_channel_test covers host threads";
@@ -102,6 +201,28 @@ TEST(PortChannelGpu, KernelWaitWithoutASignalTrapsNamingTheChannelWait) {
   });
   WEFT_EXPECT_RANKS_OK(results);
 }
+
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+// Last: this initialises the runtime in the test process itself.
+TEST(PortChannelGpu, EveryMethodOverCudaIpcBetweenTwoAndFourThreads) {
+  if (!gpuPresentWithoutInit() || gpuDeviceCount() == 0) GTEST_SKIP() << "no GPU on this machine";
+  for (int size : {2, 4}) {
+    SCOPED_TRACE("ranks as threads: " + std::to_string(size));
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < size; ++r) {
+      ranks.emplace_back([&, r, size] {
+        try {
+          portExerciseRank(r, size, id);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << ": " << e.what();
+        }
+      });
+    }
+    for (auto& t : ranks) t.join();
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace weft::test

@@ -116,6 +116,8 @@ TEST(ConfigTest, ExampleFileParsesWithEveryKey) {
   EXPECT_EQ(c.optionsFor("my_fabric"), (std::map<std::string, std::string>{{"rails", "2"}, {"mode", "fast-path"}}));
   EXPECT_EQ(c.bootstrapTimeout, std::chrono::milliseconds(30000));
   EXPECT_EQ(c.bootstrapInterface, "eth0");
+  EXPECT_EQ(c.proxyThreads, 2);
+  EXPECT_TRUE(c.proxyPinNuma);
   EXPECT_EQ(c.logLevel, "warn");
   EXPECT_EQ(c.logSubsys, "INIT,BOOT,NET");
   // The example is complete: it sets every option weft knows.
@@ -146,9 +148,9 @@ TEST(ConfigTest, ThirdPartyTransportOptionsPassThroughAsText) {
 
 TEST(ConfigTest, UnknownTopLevelKey) {
   EXPECT_EQ(parseError("[bootstrap]\ntimeout_ms = 100\n\n[transprots]\nsame_host = [\"host\"]\n"),
-            "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, log)");
+            "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, log)");
   EXPECT_EQ(parseError("verbose = true\n"),
-            "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, log)");
+            "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, log)");
 }
 
 TEST(ConfigTest, UnknownNestedKey) {
@@ -216,7 +218,7 @@ TEST(ConfigTest, DeeplyDottedKeysAreRefusedBeforeParsing) {
   std::string ok;
   for (int i = 0; i < 64; ++i) ok += "k.";
   EXPECT_EQ(parseError(ok + "k = 1\n"),
-            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, log)");
+            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, proxy, log)");
   std::string dots(500, '.');
   Config c = Config::parse("[transport.acme]\na = \"" + dots + "\"  # " + dots + "\nb = '" + dots + "'\nc = \"\"\"\n" +
                                dots + "\\\"\"\"\n" + dots + "\n\"\"\"\nd = \'\'\'" + dots + "\'\'\'\n",
@@ -262,6 +264,34 @@ TEST(ConfigTest, WrongOptionType) {
             "weft.toml:2:15: 'transport.cuda_ipc.handle_type' must be one of \"runtime\", \"posix_fd\"");
   EXPECT_EQ(parseError("[transport.libfabric]\nprovider = \"\"\n"),
             "weft.toml:2:12: 'transport.libfabric.provider' must be a non-empty string");
+}
+
+TEST(ConfigTest, ProxySection) {
+  Config d = Config::defaults();
+  EXPECT_EQ(d.proxyThreads, 1);
+  EXPECT_TRUE(d.proxyPinNuma);
+  Config c = Config::parse("[proxy]\nthreads = 8\npin_numa = false\n", "p.toml");
+  EXPECT_EQ(c.proxyThreads, 8);
+  EXPECT_FALSE(c.proxyPinNuma);
+  EXPECT_EQ(configError([] { Config::parse("[proxy]\nthreads = 0\n", "p.toml"); }),
+            "p.toml:2:11: 'proxy.threads' must be in [1, 64], got 0");
+  EXPECT_EQ(configError([] { Config::parse("[proxy]\nthreads = 65\n", "p.toml"); }),
+            "p.toml:2:11: 'proxy.threads' must be in [1, 64], got 65");
+  EXPECT_NE(configError([] { Config::parse("[proxy]\npin_numa = 1\n", "p.toml"); }).find("proxy.pin_numa"),
+            std::string::npos);
+  EXPECT_NE(configError([] { Config::parse("[proxy]\nthread = 2\n", "p.toml"); }).find("proxy.thread"),
+            std::string::npos);
+  c.applyEnvironment({{"WEFT_PROXY_THREADS", "3"}, {"WEFT_PROXY_PIN_NUMA", "on"}});
+  EXPECT_EQ(c.proxyThreads, 3);
+  EXPECT_TRUE(c.proxyPinNuma);
+  EXPECT_EQ(configError([] {
+              Config::defaults().applyEnvironment({{"WEFT_PROXY_THREADS", "many"}});
+            }),
+            "WEFT_PROXY_THREADS='many': must be an integer in [1, 64]");
+  EXPECT_EQ(configError([] {
+              Config::defaults().applyEnvironment({{"WEFT_PROXY_PIN_NUMA", "2"}});
+            }),
+            "WEFT_PROXY_PIN_NUMA='2': must be a boolean (1/0, true/false, yes/no, on/off)");
 }
 
 TEST(ConfigTest, EnvironmentOverridesSingleKeys) {

@@ -129,6 +129,22 @@ TEST(ProxyServiceTest, BadOptionsAreRefused) {
   EXPECT_EQ(codeOf([&] { ProxyService p(comm, o); }), ErrorCode::kInvalidArgument);
 }
 
+// [proxy] threads and pin_numa reach a ProxyService built from the communicator's config.
+TEST(ProxyServiceTest, ThreadCountComesFromTheConfig) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  Config config = hostOnlyConfig();
+  config.applyEnvironment({{"WEFT_PROXY_THREADS", "3"}, {"WEFT_PROXY_PIN_NUMA", "off"}});
+  Communicator comm(std::make_shared<TcpBootstrap>(0, 1, id, std::chrono::milliseconds(5000)), config);
+  const ProxyServiceOptions o = ProxyServiceOptions::fromConfig(comm.config());
+  EXPECT_EQ(o.threads, 3);
+  EXPECT_FALSE(o.pinToGpuNumaNode);
+  ProxyService proxy(comm);
+  EXPECT_EQ(proxy.threads(), 3);
+  proxy.start();
+  EXPECT_EQ(proxy.numaNode(), -1);  // pinning is off
+  proxy.stop();
+}
+
 TEST(ProxyServiceTest, HandlerPluginsThatCannotLoadGiveClearErrors) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   Communicator comm(std::make_shared<TcpBootstrap>(0, 1, id, std::chrono::milliseconds(5000)), hostOnlyConfig());
