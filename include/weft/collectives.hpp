@@ -1,0 +1,132 @@
+/// Collectives over weft's channels: allreduce, allgather, reduce-scatter, broadcast, reduce, all-to-all(v) and
+/// grouped send/recv among all ranks of a Communicator. Kernels run on the caller's stream in GPU builds; in builds
+/// without a GPU the same algorithm code runs in host threads on host memory (so CI checks it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <weft/communicator.hpp>
+#include <weft/gpu.hpp>
+
+namespace weft {
+
+/// Element types. fp16, bf16 and fp8 are reduced in fp32.
+enum class DataType : int32_t {
+  kInt8,
+  kUint8,
+  kInt32,
+  kUint32,
+  kInt64,
+  kUint64,
+  kFloat16,
+  kFloat32,
+  kFloat64,
+  kBfloat16,
+  kFloat8E4M3,
+  kFloat8E5M2,
+};
+/// Number of DataType values.
+inline constexpr int kDataTypeCount = 12;
+
+/// Bytes of one element of `type`; 0 for a value outside the enum.
+uint64_t dataTypeBytes(DataType type);
+/// "float32", "bfloat16", ... ("unknown" for a value outside the enum).
+const char* dataTypeName(DataType type);
+
+/// Reductions. kAvg divides the sum by the rank count (integer types: truncating division).
+enum class ReduceOp : int32_t { kSum, kProd, kMax, kMin, kAvg };
+/// Number of ReduceOp values.
+inline constexpr int kReduceOpCount = 5;
+/// "sum", "prod", ... ("unknown" outside the enum).
+const char* reduceOpName(ReduceOp op);
+
+/// The operations CollectiveComm runs.
+enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll, kAllToAllV, kSendRecv };
+/// "allreduce", "allgather", ...
+const char* collectiveKindName(CollectiveKind kind);
+
+/// Whether an operation runs natively, and if not, why (for logs and for the NCCL library's fallback decision).
+struct CollectiveSupport {
+  bool native = false;
+  std::string reason;  ///< empty when native
+};
+
+/// How a CollectiveComm is set up.
+struct CollectiveOptions {
+  /// Registered staging memory per rank, in bytes; larger operations are done in pieces of this size.
+  uint64_t scratchBytes = 64ull << 20;
+  /// Budget of every wait inside a collective in nanoseconds; 0 = defaultWaitBudgetNs().
+  uint64_t budgetNs = 0;
+};
+
+/// One point-to-point operation of a group (ncclGroupStart ... ncclGroupEnd).
+struct PointToPoint {
+  enum class Direction { kSend, kRecv } direction;
+  void* buffer;  ///< source of a send, destination of a recv
+  uint64_t count;
+  DataType type;
+  int peer;
+};
+
+namespace detail {
+class CollectiveCommImpl;
+}
+
+/// Collectives among every rank of a Communicator. Construction is collective (every rank of the communicator
+/// builds one, in the same order as other collective setup calls). Each operation is collective too: every rank
+/// calls the same operations in the same order with matching counts and types.
+///
+/// On GPU builds the buffers are GPU memory of the current device, operations are enqueued on `stream` and return
+/// before they complete, without host synchronisation (so they can be captured into a CUDA/HIP graph); buffers may
+/// differ from call to call. In builds without a GPU the buffers are host memory, `stream` is ignored and each call
+/// returns when this rank's part is complete.
+///
+/// Errors: Error(kInvalidArgument) for a bad argument (null buffer with count > 0, bad root or peer, a type or op
+/// outside the enums), Error(kNotSupported) for what supports() refuses, Error(kTimeout) naming the rank, peer and
+/// operation when a peer does not take part within the budget. In-place operations (send == recv, or for allgather
+/// send == recv + rank * count, for reduce-scatter recv == send + rank * recvCount) are allowed.
+class CollectiveComm {
+ public:
+  CollectiveComm(std::shared_ptr<Communicator> comm, CollectiveOptions options = {});
+  ~CollectiveComm();
+  CollectiveComm(const CollectiveComm&) = delete;
+  CollectiveComm& operator=(const CollectiveComm&) = delete;
+
+  int rank() const;
+  int size() const;
+  Communicator& communicator() const;
+
+  /// Whether `kind` on `count` elements of `type` with `op` (ignored where no reduction happens) runs natively.
+  CollectiveSupport supports(CollectiveKind kind, DataType type, ReduceOp op, uint64_t count) const;
+
+  /// recv[i] = op over ranks of send[i], i < count, on every rank.
+  void allReduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, hipStream_t stream);
+  /// recv[r * sendCount + i] = send of rank r [i].
+  void allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream);
+  /// recv[i] = op over ranks of send[rank * recvCount + i].
+  void reduceScatter(const void* send, void* recv, uint64_t recvCount, DataType type, ReduceOp op,
+                     hipStream_t stream);
+  /// recv[i] = send of `root` [i] on every rank (send is read on the root only).
+  void broadcast(const void* send, void* recv, uint64_t count, DataType type, int root, hipStream_t stream);
+  /// recv[i] = op over ranks of send[i] on `root` only (recv is written on the root only).
+  void reduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, int root,
+              hipStream_t stream);
+  /// recv[p * count + i] = send of rank p [rank * count + i].
+  void allToAll(const void* send, void* recv, uint64_t count, DataType type, hipStream_t stream);
+  /// All-to-all with per-peer counts and element displacements (arrays of size() entries, host memory).
+  void allToAllV(const void* send, const uint64_t* sendCounts, const uint64_t* sendDispls, void* recv,
+                 const uint64_t* recvCounts, const uint64_t* recvDispls, DataType type, hipStream_t stream);
+  /// Runs a group of sends and receives together (no ordering deadlock between them): each send must match a
+  /// receive of the same count and type posted on its peer's group, in the same order per pair.
+  void sendRecv(std::span<const PointToPoint> ops, hipStream_t stream);
+
+  /// Throws the error a finished or failed operation left (a device timeout record, a failed launch), if any.
+  void checkError() const;
+
+ private:
+  std::unique_ptr<detail::CollectiveCommImpl> impl_;
+};
+
+}  // namespace weft
