@@ -315,4 +315,17 @@ inline void checkDrv(DrvError e, const std::string& what, weftResult_t code = we
 /// system scope after the stream's earlier work. Returns the launch's own error (none from earlier calls).
 Error launchSignalAdd(uint64_t* word, uint64_t value, Stream stream);
 
+/// Largest copy launchCopyAndSignalAdd does (one block).
+inline constexpr uint64_t kFusedCopyMaxBytes = 64ull << 10;
+
+/// One kernel on `stream`: copies `bytes` (<= kFusedCopyMaxBytes; 0 for none) from `src` to `dst`, then adds `value`
+/// to `*word` at system scope, the copy visible before the add. Returns the launch's own error.
+Error launchCopyAndSignalAdd(uint8_t* dst, const uint8_t* src, uint64_t bytes, uint64_t* word, uint64_t value,
+                             Stream stream);
+
+/// Loads the signal kernels onto the current device now. With lazy module loading (the CUDA default since 12.2) the
+/// first launch would load it, and loading waits for the kernels already running; a proxy launching its first
+/// signal while the application's kernel spins waiting for that signal would deadlock.
+Error loadSignalKernel();
+
 }  // namespace weft::cuda_ipc::rt
