@@ -264,17 +264,23 @@ const char* tomlTypeName(const toml::node& node) {
   return "?";
 }
 
+bool knownNcclOperation(const std::string& op) {
+  const std::vector<std::string>& known = ncclFallbackOperations();
+  return std::find(known.begin(), known.end(), op) != known.end();
+}
+
 class FileParser {
  public:
   FileParser(const std::string& source, Config& config) : source_(source), config_(config) {}
 
   void parseRoot(const toml::table& root) {
-    checkKeys(root, "", {"plugins", "transports", "transport", "bootstrap", "proxy", "log"});
+    checkKeys(root, "", {"plugins", "transports", "transport", "bootstrap", "proxy", "nccl", "log"});
     if (const toml::node* n = root.get("plugins")) parsePlugins(tableOf(*n, "plugins"));
     if (const toml::node* n = root.get("transports")) parseTransports(tableOf(*n, "transports"));
     if (const toml::node* n = root.get("transport")) parseTransportOptions(tableOf(*n, "transport"));
     if (const toml::node* n = root.get("bootstrap")) parseBootstrap(tableOf(*n, "bootstrap"));
     if (const toml::node* n = root.get("proxy")) parseProxy(tableOf(*n, "proxy"));
+    if (const toml::node* n = root.get("nccl")) parseNccl(tableOf(*n, "nccl"));
     if (const toml::node* n = root.get("log")) parseLog(tableOf(*n, "log"));
   }
 
@@ -436,6 +442,25 @@ class FileParser {
       const auto* b = n->as_boolean();
       if (b == nullptr) failType(*n, "proxy.pin_numa", "a boolean");
       config_.proxyPinNuma = b->get();
+    }
+  }
+
+  void parseNccl(const toml::table& table) {
+    checkKeys(table, "nccl.", {"fallback_library", "force_fallback"});
+    if (const toml::node* n = table.get("fallback_library")) {
+      std::string path = stringOf(*n, "nccl.fallback_library");
+      if (path.empty()) fail(n->source(), "'nccl.fallback_library' is empty");
+      config_.ncclFallbackLibrary = std::move(path);
+    }
+    if (const toml::node* n = table.get("force_fallback")) {
+      std::vector<std::string> ops = stringListOf(*n, "nccl.force_fallback");
+      for (const std::string& op : ops) {
+        if (!knownNcclOperation(op)) {
+          fail(n->source(), "'nccl.force_fallback' names unknown operation '" + printable(op) +
+                                "' (known: " + joined(ncclFallbackOperations(), ", ") + ")");
+        }
+      }
+      config_.ncclForceFallback = std::move(ops);
     }
   }
 
@@ -710,6 +735,12 @@ Config Config::parse(std::string_view tomlText, const std::string& sourceName) {
   return config;
 }
 
+const std::vector<std::string>& ncclFallbackOperations() {
+  static const std::vector<std::string> kOperations = {"allreduce", "allgather", "reducescatter", "broadcast", "reduce",
+                                                       "alltoall",  "gather",    "scatter",       "sendrecv",  "all"};
+  return kOperations;
+}
+
 Config Config::fromFile(const std::string& path) {
   Config config = parse(readConfigFile(path), path);
   logInfo(LogSubsys::kConfig, "config read from {}", path);
@@ -772,6 +803,19 @@ void Config::applyEnvironment(const Environment& env) {
     std::optional<bool> pin = parseParamBool(*value);
     if (!pin) failVariable("WEFT_PROXY_PIN_NUMA", *value, "must be a boolean (1/0, true/false, yes/no, on/off)");
     proxyPinNuma = *pin;
+  }
+  if (std::optional<std::string> value = paramString("WEFT_NCCL_FALLBACK", env)) ncclFallbackLibrary = *value;
+  if (std::optional<std::string> value = paramString("WEFT_NCCL_FORCE_FALLBACK", env)) {
+    std::vector<std::string> ops;
+    for (std::string& op : split(*value, ',')) {
+      if (op.empty()) continue;
+      if (!knownNcclOperation(op)) {
+        failVariable("WEFT_NCCL_FORCE_FALLBACK", *value,
+                     "names unknown operation '" + op + "' (known: " + joined(ncclFallbackOperations(), ", ") + ")");
+      }
+      ops.push_back(std::move(op));
+    }
+    ncclForceFallback = std::move(ops);
   }
   if (std::optional<std::string> value = paramString("WEFT_LOG_LEVEL", env)) {
     if (!validLogLevel(*value)) failVariable("WEFT_LOG_LEVEL", *value, "must be " + kLogLevelRule);

@@ -67,6 +67,12 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_PROXY_PIN_NUMA", "bool", "1",
      "Pin proxy threads to the GPU's NUMA node (through hwloc; a GPU with no NUMA node leaves them unpinned). "
      "Overrides [proxy] pin_numa."},
+    {"WEFT_NCCL_FALLBACK", "string", "",
+     "Path (or soname) of a real NCCL/RCCL that libweft_nccl.so forwards to what weft does not run natively. "
+     "Overrides [nccl] fallback_library."},
+    {"WEFT_NCCL_FORCE_FALLBACK", "list", "",
+     "Comma-separated operations libweft_nccl.so always sends to the fallback library (allreduce, allgather, "
+     "reducescatter, broadcast, reduce, alltoall, gather, scatter, sendrecv, all). Overrides [nccl] force_fallback."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},

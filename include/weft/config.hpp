@@ -45,6 +45,10 @@ const std::vector<std::string>& shippedTransports();
 /// Every option of every shipped transport, grouped by transport in shippedTransports() order.
 const std::vector<TransportOptionInfo>& knownTransportOptions();
 
+/// The operation names [nccl] force_fallback and WEFT_NCCL_FORCE_FALLBACK accept: "allreduce", "allgather",
+/// "reducescatter", "broadcast", "reduce", "alltoall", "gather", "scatter", "sendrecv" and "all".
+const std::vector<std::string>& ncclFallbackOperations();
+
 /// The parsed configuration. A value type: copy it freely. Built by defaults(), parse(), fromFile() or load().
 struct Config {
   /// [plugins] path: directories searched for plugins, in order, before the build and install directories.
@@ -61,6 +65,12 @@ struct Config {
   int proxyThreads = 1;
   /// [proxy] pin_numa: pin proxy threads to the GPU's NUMA node.
   bool proxyPinNuma = true;
+  /// [nccl] fallback_library: path (or soname) of a real NCCL/RCCL that libweft_nccl.so forwards to what weft does not
+  /// run natively; empty = no fallback (such calls fail with ncclInvalidUsage).
+  std::string ncclFallbackLibrary;
+  /// [nccl] force_fallback: operations libweft_nccl.so always sends to the fallback library (names from
+  /// ncclFallbackOperations()); empty = only what weft cannot run.
+  std::vector<std::string> ncclForceFallback;
   /// [log] level and subsys, as WEFT_LOG_LEVEL / WEFT_LOG_SUBSYS take them; empty = not set by the config.
   std::string logLevel, logSubsys;
   /// Where the values came from: "built-in defaults" or the file's path.
@@ -87,7 +97,7 @@ struct Config {
 
   /// Overrides single keys from the process environment: WEFT_PLUGIN_PATH (prepended), WEFT_TRANSPORTS_<CLASS>,
   /// WEFT_BOOTSTRAP_TIMEOUT_MS, WEFT_BOOTSTRAP_INTERFACE, WEFT_PROXY_THREADS, WEFT_PROXY_PIN_NUMA,
-  /// WEFT_TRANSPORT_<NAME>_<KEY>, WEFT_LOG_LEVEL,
+  /// WEFT_NCCL_FALLBACK, WEFT_NCCL_FORCE_FALLBACK, WEFT_TRANSPORT_<NAME>_<KEY>, WEFT_LOG_LEVEL,
   /// WEFT_LOG_SUBSYS. Throws Error(kConfigError) naming the variable when one is malformed; `*this` may then be
   /// partly updated.
   void applyEnvironment();

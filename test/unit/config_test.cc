@@ -148,9 +148,9 @@ TEST(ConfigTest, ThirdPartyTransportOptionsPassThroughAsText) {
 
 TEST(ConfigTest, UnknownTopLevelKey) {
   EXPECT_EQ(parseError("[bootstrap]\ntimeout_ms = 100\n\n[transprots]\nsame_host = [\"host\"]\n"),
-            "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, log)");
+            "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
   EXPECT_EQ(parseError("verbose = true\n"),
-            "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, log)");
+            "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
 }
 
 TEST(ConfigTest, UnknownNestedKey) {
@@ -218,7 +218,7 @@ TEST(ConfigTest, DeeplyDottedKeysAreRefusedBeforeParsing) {
   std::string ok;
   for (int i = 0; i < 64; ++i) ok += "k.";
   EXPECT_EQ(parseError(ok + "k = 1\n"),
-            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, proxy, log)");
+            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
   std::string dots(500, '.');
   Config c = Config::parse("[transport.acme]\na = \"" + dots + "\"  # " + dots + "\nb = '" + dots + "'\nc = \"\"\"\n" +
                                dots + "\\\"\"\"\n" + dots + "\n\"\"\"\nd = \'\'\'" + dots + "\'\'\'\n",

@@ -60,7 +60,11 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_TRANSPORTS_OTHER_HOST",
                                           "WEFT_TRANSPORT_<NAME>_<KEY>",
                                           "WEFT_HOST_ID",
-                                          "WEFT_WAIT_TIMEOUT_MS"};
+                                          "WEFT_WAIT_TIMEOUT_MS",
+                                          "WEFT_PROXY_THREADS",
+                                          "WEFT_PROXY_PIN_NUMA",
+                                          "WEFT_NCCL_FALLBACK",
+                                          "WEFT_NCCL_FORCE_FALLBACK"};
   std::set<std::string> seen;
   const std::set<std::string> types = {"string", "int", "bool", "list", "path-list", "typed per key"};
   for (const ParamInfo& p : allParams()) {
