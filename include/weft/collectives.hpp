@@ -43,7 +43,16 @@ inline constexpr int kReduceOpCount = 5;
 const char* reduceOpName(ReduceOp op);
 
 /// The operations CollectiveComm runs.
-enum class CollectiveKind { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll, kAllToAllV, kSendRecv };
+enum class CollectiveKind {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kAllToAllV,
+  kSendRecv
+};
 /// "allreduce", "allgather", ...
 const char* collectiveKindName(CollectiveKind kind);
 
@@ -59,6 +68,9 @@ struct CollectiveOptions {
   uint64_t scratchBytes = 64ull << 20;
   /// Budget of every wait inside a collective in nanoseconds; 0 = defaultWaitBudgetNs().
   uint64_t budgetNs = 0;
+  /// Builds without a GPU: threads per rank that run each operation (the calling thread among them), 1..64.
+  /// Ignored on GPU builds.
+  uint32_t hostThreads = 4;
 };
 
 /// One point-to-point operation of a group (ncclGroupStart ... ncclGroupEnd).
@@ -106,13 +118,11 @@ class CollectiveComm {
   /// recv[r * sendCount + i] = send of rank r [i].
   void allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream);
   /// recv[i] = op over ranks of send[rank * recvCount + i].
-  void reduceScatter(const void* send, void* recv, uint64_t recvCount, DataType type, ReduceOp op,
-                     hipStream_t stream);
+  void reduceScatter(const void* send, void* recv, uint64_t recvCount, DataType type, ReduceOp op, hipStream_t stream);
   /// recv[i] = send of `root` [i] on every rank (send is read on the root only).
   void broadcast(const void* send, void* recv, uint64_t count, DataType type, int root, hipStream_t stream);
   /// recv[i] = op over ranks of send[i] on `root` only (recv is written on the root only).
-  void reduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, int root,
-              hipStream_t stream);
+  void reduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, int root, hipStream_t stream);
   /// recv[p * count + i] = send of rank p [rank * count + i].
   void allToAll(const void* send, void* recv, uint64_t count, DataType type, hipStream_t stream);
   /// All-to-all with per-peer counts and element displacements (arrays of size() entries, host memory).

@@ -1,0 +1,514 @@
+// CollectiveComm: sets up scratch memory, semaphores and mapped peer scratch on every rank, checks each call's
+// arguments and hands the operation to the kernel (or host thread team) of collective_kernels.cu.
+#include <limits>
+#include <string>
+#include <vector>
+#include <weft/collectives.hpp>
+#include <weft/device_error.hpp>
+#include <weft/error.hpp>
+#include <weft/memory_semaphore.hpp>
+#include <weft/reduce_device.hpp>
+#include <weft/shared_host_memory.hpp>
+
+#include "collective_launch.hpp"
+#include "logging.hpp"
+
+namespace weft {
+
+uint64_t dataTypeBytes(DataType type) {
+  switch (type) {
+    case DataType::kInt8:
+    case DataType::kUint8:
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2: return 1;
+    case DataType::kFloat16:
+    case DataType::kBfloat16: return 2;
+    case DataType::kInt32:
+    case DataType::kUint32:
+    case DataType::kFloat32: return 4;
+    case DataType::kInt64:
+    case DataType::kUint64:
+    case DataType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+const char* dataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kInt8: return "int8";
+    case DataType::kUint8: return "uint8";
+    case DataType::kInt32: return "int32";
+    case DataType::kUint32: return "uint32";
+    case DataType::kInt64: return "int64";
+    case DataType::kUint64: return "uint64";
+    case DataType::kFloat16: return "float16";
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kBfloat16: return "bfloat16";
+    case DataType::kFloat8E4M3: return "float8e4m3";
+    case DataType::kFloat8E5M2: return "float8e5m2";
+  }
+  return "unknown";
+}
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "unknown";
+}
+
+const char* collectiveKindName(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllReduce: return "allreduce";
+    case CollectiveKind::kAllGather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reducescatter";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduce: return "reduce";
+    case CollectiveKind::kAllToAll: return "alltoall";
+    case CollectiveKind::kAllToAllV: return "alltoallv";
+    case CollectiveKind::kSendRecv: return "sendrecv";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+namespace {
+
+constexpr int kScratchTag = 0x57430001;
+constexpr int kConnectTag = 0x57430002;
+constexpr int kSemaphoreTag = 0x57430003;
+
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+constexpr MemoryKind kScratchKind = MemoryKind::kGpu;
+#else
+constexpr MemoryKind kScratchKind = MemoryKind::kHost;
+#endif
+
+bool validType(DataType type) { return static_cast<int32_t>(type) >= 0 && static_cast<int32_t>(type) < kDataTypeCount; }
+bool validOp(ReduceOp op) { return static_cast<int32_t>(op) >= 0 && static_cast<int32_t>(op) < kReduceOpCount; }
+
+// a * b, or kInvalidArgument naming `what` when it does not fit in 64 bits.
+uint64_t checkedMul(uint64_t a, uint64_t b, const char* what) {
+  if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) {
+    throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": element count overflows 64-bit byte sizes");
+  }
+  return a * b;
+}
+
+}  // namespace
+
+class CollectiveCommImpl {
+ public:
+  CollectiveCommImpl(std::shared_ptr<Communicator> comm, const CollectiveOptions& options)
+      : comm_(std::move(comm)), options_(options) {
+    if (!comm_) throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: null communicator");
+    rank_ = comm_->rank();
+    size_ = comm_->size();
+    const uint64_t minScratch = kScratchAlign * static_cast<uint64_t>(size_ + 2);
+    if (options_.scratchBytes < minScratch || options_.scratchBytes > (uint64_t{1} << 40)) {
+      throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: scratchBytes " + std::to_string(options_.scratchBytes) +
+                                                   " outside [" + std::to_string(minScratch) + ", 2^40] for " +
+                                                   std::to_string(size_) + " ranks");
+    }
+    if (options_.hostThreads == 0 || options_.hostThreads > 64) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CollectiveComm: hostThreads " + std::to_string(options_.hostThreads) + " outside [1, 64]");
+    }
+    budgetNs_ = options_.budgetNs != 0 ? options_.budgetNs : defaultWaitBudgetNs();
+    allocate();
+    connectPeers();
+    logInfo(LogSubsys::kColl, "collectives: rank {} of {} ready, {} bytes of scratch per rank", rank_, size_,
+            options_.scratchBytes);
+  }
+
+  ~CollectiveCommImpl() {
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    // Kernels still using the memory would fault; the caller's contract is to finish them first, but a device
+    // sync here makes a late destruction safe rather than a use-after-free.
+    (void)hipDeviceSynchronize();
+    if (peersDevice_ != nullptr) (void)hipFree(peersDevice_);
+    if (barrierDevice_ != nullptr) (void)hipFree(barrierDevice_);
+#endif
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  Communicator& communicator() const { return *comm_; }
+
+  CollectiveSupport supports(CollectiveKind kind, DataType type, ReduceOp op) const {
+    if (!validType(type)) return {false, "data type " + std::to_string(static_cast<int32_t>(type)) + " is unknown"};
+    const bool reducing =
+        kind == CollectiveKind::kAllReduce || kind == CollectiveKind::kReduceScatter || kind == CollectiveKind::kReduce;
+    if (reducing && !validOp(op))
+      return {false, "reduce op " + std::to_string(static_cast<int32_t>(op)) + " is unknown"};
+    if ((kind == CollectiveKind::kAllToAll || kind == CollectiveKind::kAllToAllV) &&
+        2 * static_cast<uint64_t>(size_) > kMaxGroupEntries) {
+      return {false, std::string(collectiveKindName(kind)) + " among " + std::to_string(size_) +
+                         " ranks needs more than the " + std::to_string(kMaxGroupEntries) +
+                         " group entries one launch carries"};
+    }
+    if (static_cast<int32_t>(kind) < 0 ||
+        static_cast<int32_t>(kind) > static_cast<int32_t>(CollectiveKind::kSendRecv)) {
+      return {false, "collective kind is unknown"};
+    }
+    return {true, ""};
+  }
+
+  void allReduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, hipStream_t stream) {
+    const char* what = "allreduce";
+    checkTypeOp(what, type, &op);
+    checkBuffers(what, send, recv, count);
+    checkedMul(count, dataTypeBytes(type), what);
+    if (count == 0) return;
+    CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
+    fill(a, send, recv, count, op, 0);
+    run(a, type, stream);
+  }
+
+  void allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream) {
+    const char* what = "allgather";
+    checkTypeOp(what, type, nullptr);
+    checkBuffers(what, send, recv, sendCount);
+    checkedMul(checkedMul(sendCount, dataTypeBytes(type), what), static_cast<uint64_t>(size_), what);
+    if (sendCount == 0) return;
+    CollectiveArgs a = baseArgs(CollectiveKind::kAllGather);
+    fill(a, send, recv, sendCount, ReduceOp::kSum, 0);
+    run(a, type, stream);
+  }
+
+  void reduceScatter(const void* send, void* recv, uint64_t recvCount, DataType type, ReduceOp op, hipStream_t stream) {
+    const char* what = "reducescatter";
+    checkTypeOp(what, type, &op);
+    checkBuffers(what, send, recv, recvCount);
+    checkedMul(checkedMul(recvCount, dataTypeBytes(type), what), static_cast<uint64_t>(size_), what);
+    if (recvCount == 0) return;
+    CollectiveArgs a = baseArgs(CollectiveKind::kReduceScatter);
+    fill(a, send, recv, recvCount, op, 0);
+    run(a, type, stream);
+  }
+
+  void broadcast(const void* send, void* recv, uint64_t count, DataType type, int root, hipStream_t stream) {
+    const char* what = "broadcast";
+    checkTypeOp(what, type, nullptr);
+    checkRoot(what, root);
+    if (count > 0 && recv == nullptr) throw Error(ErrorCode::kInvalidArgument, "broadcast: null recv buffer");
+    if (count > 0 && rank_ == root && send == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, "broadcast: null send buffer on the root");
+    }
+    checkedMul(count, dataTypeBytes(type), what);
+    if (count == 0) return;
+    CollectiveArgs a = baseArgs(CollectiveKind::kBroadcast);
+    fill(a, send, recv, count, ReduceOp::kSum, root);
+    run(a, type, stream);
+  }
+
+  void reduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, int root, hipStream_t stream) {
+    const char* what = "reduce";
+    checkTypeOp(what, type, &op);
+    checkRoot(what, root);
+    if (count > 0 && send == nullptr) throw Error(ErrorCode::kInvalidArgument, "reduce: null send buffer");
+    if (count > 0 && rank_ == root && recv == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, "reduce: null recv buffer on the root");
+    }
+    checkedMul(count, dataTypeBytes(type), what);
+    if (count == 0) return;
+    CollectiveArgs a = baseArgs(CollectiveKind::kReduce);
+    fill(a, send, recv, count, op, root);
+    run(a, type, stream);
+  }
+
+  void allToAll(const void* send, void* recv, uint64_t count, DataType type, hipStream_t stream) {
+    const char* what = "alltoall";
+    checkTypeOp(what, type, nullptr);
+    checkBuffers(what, send, recv, count);
+    checkGroupSize(CollectiveKind::kAllToAll);
+    const uint64_t bytes = checkedMul(count, dataTypeBytes(type), what);
+    checkedMul(bytes, static_cast<uint64_t>(size_), what);
+    if (count == 0) return;
+    CollectiveArgs a = baseArgs(CollectiveKind::kAllToAll);
+    for (int p = 0; p < size_; ++p) {
+      const uint64_t off = bytes * static_cast<uint64_t>(p);
+      addEntry(a, const_cast<uint8_t*>(static_cast<const uint8_t*>(send)) + off, bytes, p, true);
+      addEntry(a, static_cast<uint8_t*>(recv) + off, bytes, p, false);
+    }
+    run(a, type, stream);
+  }
+
+  void allToAllV(const void* send, const uint64_t* sendCounts, const uint64_t* sendDispls, void* recv,
+                 const uint64_t* recvCounts, const uint64_t* recvDispls, DataType type, hipStream_t stream) {
+    const char* what = "alltoallv";
+    checkTypeOp(what, type, nullptr);
+    if (sendCounts == nullptr || sendDispls == nullptr || recvCounts == nullptr || recvDispls == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, "alltoallv: null count or displacement array");
+    }
+    checkGroupSize(CollectiveKind::kAllToAllV);
+    const uint64_t es = dataTypeBytes(type);
+    CollectiveArgs a = baseArgs(CollectiveKind::kAllToAllV);
+    uint64_t total = 0;
+    for (int p = 0; p < size_; ++p) {
+      for (int dir = 0; dir < 2; ++dir) {
+        const bool isSend = dir == 0;
+        const uint64_t count = isSend ? sendCounts[p] : recvCounts[p];
+        const uint64_t displ = isSend ? sendDispls[p] : recvDispls[p];
+        const void* base = isSend ? send : recv;
+        if (count == 0) continue;
+        if (base == nullptr) {
+          throw Error(ErrorCode::kInvalidArgument, std::string("alltoallv: null ") + (isSend ? "send" : "recv") +
+                                                       " buffer with a count for rank " + std::to_string(p));
+        }
+        const uint64_t bytes = checkedMul(count, es, what);
+        const uint64_t off = checkedMul(displ, es, what);
+        if (off > std::numeric_limits<uint64_t>::max() - bytes) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      "alltoallv: displacement plus count overflows for rank " + std::to_string(p));
+        }
+        addEntry(a, const_cast<uint8_t*>(static_cast<const uint8_t*>(base)) + off, bytes, p, isSend);
+        total += bytes;
+      }
+    }
+    if (total == 0) return;
+    run(a, type, stream);
+  }
+
+  void sendRecv(std::span<const PointToPoint> ops, hipStream_t stream) {
+    CollectiveArgs a = baseArgs(CollectiveKind::kSendRecv);
+    if (ops.size() > kMaxGroupEntries) {
+      throw Error(ErrorCode::kInvalidArgument, "sendrecv: a group of " + std::to_string(ops.size()) +
+                                                   " operations exceeds the limit of " +
+                                                   std::to_string(kMaxGroupEntries));
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const PointToPoint& op = ops[i];
+      const std::string where = "sendrecv: operation " + std::to_string(i);
+      if (!validType(op.type)) throw Error(ErrorCode::kInvalidArgument, where + ": unknown data type");
+      if (op.direction != PointToPoint::Direction::kSend && op.direction != PointToPoint::Direction::kRecv) {
+        throw Error(ErrorCode::kInvalidArgument, where + ": unknown direction");
+      }
+      if (op.peer < 0 || op.peer >= size_) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    where + ": peer " + std::to_string(op.peer) + " outside [0, " + std::to_string(size_) + ")");
+      }
+      if (op.count > 0 && op.buffer == nullptr) throw Error(ErrorCode::kInvalidArgument, where + ": null buffer");
+      const uint64_t bytes = checkedMul(op.count, dataTypeBytes(op.type), "sendrecv");
+      if (bytes == 0) continue;
+      addEntry(a, static_cast<uint8_t*>(op.buffer), bytes, op.peer, op.direction == PointToPoint::Direction::kSend);
+    }
+    if (a.groupCount == 0) return;
+    run(a, DataType::kUint8, stream);
+  }
+
+  void checkError() const {
+    if (!errors_.hasError()) return;
+    const DeviceErrorRecord& r = *errors_.hostRecord();
+    const char* op = r.channel >= 0 && r.channel <= static_cast<int32_t>(CollectiveKind::kSendRecv)
+                         ? collectiveKindName(static_cast<CollectiveKind>(r.channel))
+                         : "collective";
+    // The record's channel field carries the collective kind (see rankSync).
+    throw Error(ErrorCode::kTimeout, std::string(op) + ": " + errors_.describe());
+  }
+
+ private:
+  void allocate() {
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    void* p = nullptr;
+    checkGpu(hipMalloc(&p, options_.scratchBytes), "hipMalloc of collective scratch");
+    scratch_ = std::shared_ptr<void>(p, [](void* q) { (void)hipFree(q); });
+    checkGpu(hipMemset(p, 0, options_.scratchBytes), "hipMemset of collective scratch");
+#else
+    scratch_ = allocSharedHostMemory(options_.scratchBytes);
+#endif
+    localScratch_ = comm_->registerMemory(scratch_.get(), options_.scratchBytes, kScratchKind);
+  }
+
+  void connectPeers() {
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) comm_->sendMemory(localScratch_, p, kScratchTag);
+    }
+    std::vector<PeerSlot> slots(static_cast<size_t>(size_));
+    const DeviceWaitOptions waitOptions{errors_.deviceRecord(), -1, budgetNs_};
+    remoteScratch_.resize(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      PeerSlot& slot = slots[static_cast<size_t>(p)];
+      slot = PeerSlot{};
+      if (p == rank_) {
+        slot.scratch = static_cast<uint8_t*>(scratch_.get());
+        continue;
+      }
+      RegisteredMemory remote = comm_->recvMemory(p, kScratchTag);
+      if (remote.data() == nullptr) {
+        throw Error(ErrorCode::kNotSupported, "CollectiveComm: rank " + std::to_string(rank_) + " cannot map rank " +
+                                                  std::to_string(p) + "'s scratch (transport " +
+                                                  comm_->transportFor(p, kScratchKind) + " has no load/store path)");
+      }
+      if (remote.size() < options_.scratchBytes) {
+        throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: rank " + std::to_string(p) + "'s scratch is " +
+                                                     std::to_string(remote.size()) + " bytes, this rank's is " +
+                                                     std::to_string(options_.scratchBytes) +
+                                                     " (scratchBytes must match on every rank)");
+      }
+      auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(*comm_, comm_->connect(p, kConnectTag, kScratchKind),
+                                                                kSemaphoreTag, kScratchKind);
+      slot.scratch = static_cast<uint8_t*>(remote.data());
+      slot.sem = sem->deviceHandle(waitOptions);
+      semaphores_.push_back(std::move(sem));
+      remoteScratch_[static_cast<size_t>(p)] = std::move(remote);
+    }
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    checkGpu(hipMalloc(&peersDevice_, sizeof(PeerSlot) * slots.size()), "hipMalloc of the collective peer table");
+    checkGpu(hipMemcpy(peersDevice_, slots.data(), sizeof(PeerSlot) * slots.size(), hipMemcpyHostToDevice),
+             "hipMemcpy of the collective peer table");
+    checkGpu(hipMalloc(&barrierDevice_, sizeof(GridBarrierState)), "hipMalloc of the collective grid barrier");
+    checkGpu(hipMemset(barrierDevice_, 0, sizeof(GridBarrierState)), "hipMemset of the collective grid barrier");
+    context_.peers = peersDevice_;
+    context_.barrier = barrierDevice_;
+#else
+    peersHost_ = std::move(slots);
+    context_.peers = peersHost_.data();
+    context_.barrier = &barrierHost_;
+#endif
+    context_.scratchBytes = options_.scratchBytes;
+    context_.budgetNs = budgetNs_;
+    context_.record = errors_.deviceRecord();
+    context_.rank = rank_;
+    context_.size = size_;
+    // Every rank's scratch and semaphores exist before any rank's first operation signals into them.
+    comm_->bootstrap().barrier();
+  }
+
+  void checkTypeOp(const char* what, DataType type, const ReduceOp* op) const {
+    if (!validType(type)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": unknown data type " + std::to_string(static_cast<int32_t>(type)));
+    }
+    if (op != nullptr && !validOp(*op)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": unknown reduce op " + std::to_string(static_cast<int32_t>(*op)));
+    }
+  }
+
+  static void checkBuffers(const char* what, const void* send, const void* recv, uint64_t count) {
+    if (count > 0 && send == nullptr)
+      throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": null send buffer");
+    if (count > 0 && recv == nullptr)
+      throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": null recv buffer");
+  }
+
+  void checkRoot(const char* what, int root) const {
+    if (root < 0 || root >= size_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": root " + std::to_string(root) + " outside [0, " + std::to_string(size_) + ")");
+    }
+  }
+
+  void checkGroupSize(CollectiveKind kind) const {
+    CollectiveSupport s = supports(kind, DataType::kUint8, ReduceOp::kSum);
+    if (!s.native) throw Error(ErrorCode::kNotSupported, s.reason);
+  }
+
+  CollectiveArgs baseArgs(CollectiveKind kind) const {
+    CollectiveArgs a{};
+    a.ctx = context_;
+    a.kind = static_cast<int32_t>(kind);
+    return a;
+  }
+
+  static void fill(CollectiveArgs& a, const void* send, void* recv, uint64_t count, ReduceOp op, int root) {
+    a.send = static_cast<const uint8_t*>(send);
+    a.recv = static_cast<uint8_t*>(recv);
+    a.count = count;
+    a.op = op;
+    a.root = root;
+  }
+
+  static void addEntry(CollectiveArgs& a, uint8_t* buffer, uint64_t bytes, int peer, bool isSend) {
+    if (bytes == 0) return;
+    a.group[a.groupCount++] = GroupEntry{buffer, bytes, peer, isSend ? 1u : 0u};
+  }
+
+  void run(const CollectiveArgs& a, DataType type, hipStream_t stream) {
+    const auto kind = static_cast<CollectiveKind>(a.kind);
+    checkError();  // an earlier kernel's timeout: the channels are out of step, refuse to go on
+    hipError_t e = hipSuccess;
+    try {
+      e = launchCollective(a, type, options_.hostThreads, stream);
+    } catch (const Error& error) {
+      throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
+    }
+    if (e != hipSuccess) {
+      checkError();
+      throw Error(ErrorCode::kGpuError,
+                  std::string(collectiveKindName(kind)) + ": kernel launch failed: " + hipGetErrorString(e));
+    }
+  }
+
+  std::shared_ptr<Communicator> comm_;
+  CollectiveOptions options_;
+  int rank_ = 0;
+  int size_ = 1;
+  uint64_t budgetNs_ = 0;
+  DeviceErrorBlock errors_;
+  std::shared_ptr<void> scratch_;
+  RegisteredMemory localScratch_;
+  std::vector<RegisteredMemory> remoteScratch_;
+  std::vector<std::shared_ptr<MemoryDevice2DeviceSemaphore>> semaphores_;
+  CollectiveContext context_{};
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+  PeerSlot* peersDevice_ = nullptr;
+  GridBarrierState* barrierDevice_ = nullptr;
+#else
+  std::vector<PeerSlot> peersHost_;
+  GridBarrierState barrierHost_{};
+#endif
+};
+
+}  // namespace detail
+
+CollectiveComm::CollectiveComm(std::shared_ptr<Communicator> comm, CollectiveOptions options)
+    : impl_(std::make_unique<detail::CollectiveCommImpl>(std::move(comm), options)) {}
+CollectiveComm::~CollectiveComm() = default;
+
+int CollectiveComm::rank() const { return impl_->rank(); }
+int CollectiveComm::size() const { return impl_->size(); }
+Communicator& CollectiveComm::communicator() const { return impl_->communicator(); }
+
+CollectiveSupport CollectiveComm::supports(CollectiveKind kind, DataType type, ReduceOp op, uint64_t) const {
+  return impl_->supports(kind, type, op);
+}
+
+void CollectiveComm::allReduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op,
+                               hipStream_t stream) {
+  impl_->allReduce(send, recv, count, type, op, stream);
+}
+void CollectiveComm::allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream) {
+  impl_->allGather(send, recv, sendCount, type, stream);
+}
+void CollectiveComm::reduceScatter(const void* send, void* recv, uint64_t recvCount, DataType type, ReduceOp op,
+                                   hipStream_t stream) {
+  impl_->reduceScatter(send, recv, recvCount, type, op, stream);
+}
+void CollectiveComm::broadcast(const void* send, void* recv, uint64_t count, DataType type, int root,
+                               hipStream_t stream) {
+  impl_->broadcast(send, recv, count, type, root, stream);
+}
+void CollectiveComm::reduce(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, int root,
+                            hipStream_t stream) {
+  impl_->reduce(send, recv, count, type, op, root, stream);
+}
+void CollectiveComm::allToAll(const void* send, void* recv, uint64_t count, DataType type, hipStream_t stream) {
+  impl_->allToAll(send, recv, count, type, stream);
+}
+void CollectiveComm::allToAllV(const void* send, const uint64_t* sendCounts, const uint64_t* sendDispls, void* recv,
+                               const uint64_t* recvCounts, const uint64_t* recvDispls, DataType type,
+                               hipStream_t stream) {
+  impl_->allToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, type, stream);
+}
+void CollectiveComm::sendRecv(std::span<const PointToPoint> ops, hipStream_t stream) { impl_->sendRecv(ops, stream); }
+void CollectiveComm::checkError() const { impl_->checkError(); }
+
+}  // namespace weft

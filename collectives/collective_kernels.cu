@@ -1,0 +1,119 @@
+// The collective kernels (GPU builds) and the host thread team (WEFT_GPU=none) around the algorithms of
+// collective_algorithms.hpp, dispatched on the element type.
+#include <weft/reduce_device.hpp>
+
+#include "collective_launch.hpp"
+
+#if !defined(WEFT_COMPILER_CUDA) && !defined(WEFT_COMPILER_HIP)
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+#endif
+
+namespace weft::detail {
+namespace {
+
+/// Calls f(T{}) with T the element type of `type` (the small floats as their bit-holding structs).
+template <class F>
+void withElementType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kInt8: f(int8_t{}); break;
+    case DataType::kUint8: f(uint8_t{}); break;
+    case DataType::kInt32: f(int32_t{}); break;
+    case DataType::kUint32: f(uint32_t{}); break;
+    case DataType::kInt64: f(int64_t{}); break;
+    case DataType::kUint64: f(uint64_t{}); break;
+    case DataType::kFloat16: f(Float16{}); break;
+    case DataType::kFloat32: f(float{}); break;
+    case DataType::kFloat64: f(double{}); break;
+    case DataType::kBfloat16: f(Bfloat16{}); break;
+    case DataType::kFloat8E4M3: f(Float8E4M3{}); break;
+    case DataType::kFloat8E5M2: f(Float8E5M2{}); break;
+  }
+}
+
+bool isReducing(int32_t kind) {
+  const auto k = static_cast<CollectiveKind>(kind);
+  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduceScatter || k == CollectiveKind::kReduce;
+}
+
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+
+struct GpuBlockSync {
+  WEFT_HOST_DEVICE_INLINE void operator()() const {
+#if defined(WEFT_DEVICE_COMPILE)
+    __syncthreads();
+#endif
+  }
+};
+
+WEFT_DEVICE_INLINE Team<GpuBlockSync> gpuTeam() {
+  return Team<GpuBlockSync>{blockIdx.x, gridDim.x, threadIdx.x, blockDim.x, GpuBlockSync{}};
+}
+
+template <class T>
+WEFT_GLOBAL void __launch_bounds__(kGpuThreads) reducingKernel(CollectiveArgs args) {
+  runReducing<T>(gpuTeam(), args);
+}
+
+WEFT_GLOBAL void __launch_bounds__(kGpuThreads) movingKernel(CollectiveArgs args, uint64_t elementBytes) {
+  runMoving(gpuTeam(), args, elementBytes);
+}
+
+#else
+
+/// Host workers are blocks of one thread: the block barrier is nothing.
+struct HostBlockSync {
+  void operator()() const {}
+};
+
+#endif
+
+}  // namespace
+
+hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t hostThreads, hipStream_t stream) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+  (void)hostThreads;
+  if (isReducing(args.kind)) {
+    withElementType(type, [&](auto element) {
+      using T = decltype(element);
+      reducingKernel<T><<<kGpuBlocks, kGpuThreads, 0, stream>>>(args);
+    });
+  } else {
+    movingKernel<<<kGpuBlocks, kGpuThreads, 0, stream>>>(args, dataTypeBytes(type));
+  }
+  return hipGetLastError();
+#else
+  (void)stream;
+  const uint32_t workers = hostThreads == 0 ? 1 : hostThreads;
+  std::mutex mutex;
+  std::exception_ptr failure;
+  auto work = [&](uint32_t id) {
+    try {
+      const Team<HostBlockSync> team{id, workers, 0, 1, HostBlockSync{}};
+      if (isReducing(args.kind)) {
+        withElementType(type, [&](auto element) { runReducing<decltype(element)>(team, args); });
+      } else {
+        runMoving(team, args, dataTypeBytes(type));
+      }
+    } catch (const TeamAborted&) {
+      // Another worker failed first and set the abort flag; it reports.
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure) failure = std::current_exception();
+      atomicStore<MemoryOrder::kRelease>(&args.ctx.barrier->abort, 1u);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(workers - 1);
+  for (uint32_t id = 1; id < workers; ++id) threads.emplace_back(work, id);
+  work(0);
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+  return hipSuccess;
+#endif
+}
+
+}  // namespace weft::detail

@@ -1,0 +1,443 @@
+// CollectiveComm between 1 to 4 real processes over the host transport (host thread teams on shared host memory):
+// every collective on every type (every op where one reduces), counts 0, 1, odd, and larger than the scratch
+// (a small scratchBytes forces many pieces), in-place and out-of-place, outputs poisoned first, fresh random
+// inputs per run, every result compared bit for bit with a CPU reference computed here from every rank's input.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+#include <weft/collectives.hpp>
+#include <weft/communicator.hpp>
+#include <weft/error.hpp>
+#include <weft/reduce_device.hpp>
+
+#include "multi_process.hpp"
+
+namespace weft {
+namespace {
+
+using std::chrono::milliseconds;
+using Bytes = std::vector<uint8_t>;
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint8_t kPoison = 0xa5;
+
+Config hostOnlyConfig() {
+  Config c = Config::defaults();
+  c.transports[PeerClass::kSameProcess] = {"host"};
+  c.transports[PeerClass::kSameHost] = {"host"};
+  c.bootstrapTimeout = milliseconds(10000);
+  return c;
+}
+
+template <class F>
+void withType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kInt8: f(int8_t{}); break;
+    case DataType::kUint8: f(uint8_t{}); break;
+    case DataType::kInt32: f(int32_t{}); break;
+    case DataType::kUint32: f(uint32_t{}); break;
+    case DataType::kInt64: f(int64_t{}); break;
+    case DataType::kUint64: f(uint64_t{}); break;
+    case DataType::kFloat16: f(Float16{}); break;
+    case DataType::kFloat32: f(float{}); break;
+    case DataType::kFloat64: f(double{}); break;
+    case DataType::kBfloat16: f(Bfloat16{}); break;
+    case DataType::kFloat8E4M3: f(Float8E4M3{}); break;
+    case DataType::kFloat8E5M2: f(Float8E5M2{}); break;
+  }
+}
+
+// `count` elements of `rank`'s input for case `caseId`: raw random bits for integers and fp8 (NaNs and
+// saturation included), random values in [-8, 8] for the wider floats.
+Bytes makeInput(uint64_t seed, int caseId, int rank, DataType type, uint64_t count) {
+  std::mt19937_64 rng(seed ^ (static_cast<uint64_t>(caseId) * 0x9e3779b97f4a7c15ull) ^
+                      (static_cast<uint64_t>(rank) << 48));
+  Bytes out(count * dataTypeBytes(type));
+  std::uniform_real_distribution<double> real(-8.0, 8.0);
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    for (uint64_t i = 0; i < count; ++i) {
+      T v;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        v = static_cast<T>(real(rng));
+      } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, Bfloat16>) {
+        v = T::fromFloat(static_cast<float>(real(rng)));
+      } else {
+        const uint64_t bits = rng();
+        std::memcpy(&v, &bits, sizeof(T));
+      }
+      std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+    }
+  });
+  return out;
+}
+
+// Element `i` of the reduction over ranks of inputs[p] viewed from element `offset`, into out (bytes).
+void referenceReduce(DataType type, ReduceOp op, const std::vector<Bytes>& inputs, uint64_t offset, uint64_t count,
+                     uint8_t* out) {
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    for (uint64_t i = 0; i < count; ++i) {
+      const T r = reduceOrdered<T>(op, static_cast<int>(inputs.size()), [&](int p) {
+        T v;
+        std::memcpy(&v, inputs[static_cast<size_t>(p)].data() + (offset + i) * sizeof(T), sizeof(T));
+        return v;
+      });
+      std::memcpy(out + i * sizeof(T), &r, sizeof(T));
+    }
+  });
+}
+
+// Describes the first differing byte ("" when equal).
+std::string firstDifference(const Bytes& got, const Bytes& want) {
+  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      return "byte " + std::to_string(i) + " of " + std::to_string(got.size()) + ": got " + std::to_string(got[i]) +
+             ", want " + std::to_string(want[i]);
+    }
+  }
+  return "";
+}
+
+struct Case {
+  CollectiveKind kind;
+  DataType type;
+  ReduceOp op;
+  uint64_t count;
+  bool inPlace;
+  int root;
+};
+
+std::string describe(const Case& c) {
+  return std::string(collectiveKindName(c.kind)) + " " + dataTypeName(c.type) + " " + reduceOpName(c.op) + " count " +
+         std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") + " root " + std::to_string(c.root);
+}
+
+// Runs one case on this rank and checks its output against the reference.
+void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed) {
+  const int n = coll.size();
+  const int rank = coll.rank();
+  const uint64_t es = dataTypeBytes(c.type);
+  const uint64_t nn = static_cast<uint64_t>(n);
+  const uint64_t r = static_cast<uint64_t>(rank);
+  SCOPED_TRACE(describe(c));
+  // Inputs of every rank (the reference needs them all): per-rank counts as each collective defines them.
+  const uint64_t inCount =
+      (c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllToAll) ? c.count * nn : c.count;
+  std::vector<Bytes> inputs;
+  for (int p = 0; p < n; ++p) inputs.push_back(makeInput(seed, caseId, p, c.type, inCount));
+  const Bytes& mine = inputs[r];
+  Bytes buffer;  // in-place: the one buffer; out-of-place: recv
+  Bytes sendCopy = mine;
+  Bytes want;
+  const uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  uint64_t outOffset = 0;  // where the checked output starts in `buffer`
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce:
+      want.resize(c.count * es);
+      referenceReduce(c.type, c.op, inputs, 0, c.count, want.data());
+      buffer = c.inPlace ? mine : Bytes(c.count * es, kPoison);
+      break;
+    case CollectiveKind::kReduce:
+      if (rank == c.root) {
+        want.resize(c.count * es);
+        referenceReduce(c.type, c.op, inputs, 0, c.count, want.data());
+      } else {
+        want = c.inPlace ? mine : Bytes(c.count * es, kPoison);  // recv is written on the root only
+      }
+      buffer = c.inPlace ? mine : Bytes(c.count * es, kPoison);
+      break;
+    case CollectiveKind::kReduceScatter:
+      want.resize(c.count * es);
+      referenceReduce(c.type, c.op, inputs, r * c.count, c.count, want.data());
+      buffer = c.inPlace ? mine : Bytes(c.count * es, kPoison);
+      outOffset = c.inPlace ? r * c.count * es : 0;
+      break;
+    case CollectiveKind::kAllGather:
+      for (int p = 0; p < n; ++p) want.insert(want.end(), inputs[p].begin(), inputs[p].end());
+      buffer = Bytes(c.count * es * nn, kPoison);
+      if (c.inPlace) std::memcpy(buffer.data() + r * c.count * es, mine.data(), mine.size());
+      break;
+    case CollectiveKind::kBroadcast:
+      want = inputs[static_cast<size_t>(c.root)];
+      buffer = (c.inPlace && rank == c.root) ? mine : Bytes(c.count * es, kPoison);
+      break;
+    case CollectiveKind::kAllToAll:
+      for (int p = 0; p < n; ++p) {
+        const uint8_t* from = inputs[p].data() + r * c.count * es;
+        want.insert(want.end(), from, from + c.count * es);
+      }
+      buffer = c.inPlace ? mine : Bytes(c.count * es * nn, kPoison);
+      break;
+    default: FAIL() << "not a plain collective";
+  }
+  recv = buffer.data();
+  send = c.inPlace ? buffer.data() : sendCopy.data();
+  if (c.inPlace && c.kind == CollectiveKind::kAllGather) send = buffer.data() + r * c.count * es;
+  if (c.inPlace && c.kind == CollectiveKind::kReduceScatter) recv = buffer.data() + r * c.count * es;
+  if (buffer.empty()) recv = nullptr;
+  if (mine.empty() && !c.inPlace) send = nullptr;
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce: coll.allReduce(send, recv, c.count, c.type, c.op, nullptr); break;
+    case CollectiveKind::kReduce: coll.reduce(send, recv, c.count, c.type, c.op, c.root, nullptr); break;
+    case CollectiveKind::kReduceScatter: coll.reduceScatter(send, recv, c.count, c.type, c.op, nullptr); break;
+    case CollectiveKind::kAllGather: coll.allGather(send, recv, c.count, c.type, nullptr); break;
+    case CollectiveKind::kBroadcast: coll.broadcast(send, recv, c.count, c.type, c.root, nullptr); break;
+    case CollectiveKind::kAllToAll: coll.allToAll(send, recv, c.count, c.type, nullptr); break;
+    default: break;
+  }
+  const Bytes got(buffer.begin() + static_cast<std::ptrdiff_t>(outOffset),
+                  buffer.begin() + static_cast<std::ptrdiff_t>(outOffset + want.size()));
+  EXPECT_EQ(firstDifference(got, want), "");
+  if (!c.inPlace) EXPECT_EQ(firstDifference(sendCopy, mine), "") << "the send buffer changed";
+}
+
+std::vector<Case> matrix(int n) {
+  std::vector<Case> cases;
+  const CollectiveKind reducing[] = {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter,
+                                     CollectiveKind::kReduce};
+  const CollectiveKind moving[] = {CollectiveKind::kAllGather, CollectiveKind::kBroadcast, CollectiveKind::kAllToAll};
+  int k = 0;
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    const auto type = static_cast<DataType>(t);
+    for (CollectiveKind kind : reducing) {
+      for (int o = 0; o < kReduceOpCount; ++o) {
+        cases.push_back({kind, type, static_cast<ReduceOp>(o), 1003, (k++ % 2) == 0, k % n});
+      }
+      for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{5000}}) {
+        cases.push_back({kind, type, ReduceOp::kSum, count, (k++ % 2) == 0, k % n});
+      }
+    }
+    for (CollectiveKind kind : moving) {
+      for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{1003}, uint64_t{5000}}) {
+        cases.push_back({kind, type, ReduceOp::kSum, count, (k++ % 2) == 0, k % n});
+      }
+    }
+  }
+  return cases;
+}
+
+uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
+
+struct Rank {
+  std::shared_ptr<Communicator> comm;
+  std::unique_ptr<CollectiveComm> coll;
+  Rank(int rank, int size, const UniqueId& id, CollectiveOptions options) {
+    comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(10000)),
+                                          hostOnlyConfig());
+    coll = std::make_unique<CollectiveComm>(comm, options);
+  }
+};
+
+CollectiveOptions smallScratch() {
+  CollectiveOptions o;
+  o.scratchBytes = 8192;  // 5000 elements of 8 bytes take 10 pieces of allreduce and 20 of reducescatter
+  o.budgetNs = 10000 * kMs;
+  o.hostThreads = 3;
+  return o;
+}
+
+void everyCollective(int size) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(
+      size,
+      [&](int rank, int n) {
+        Rank r(rank, n, id, smallScratch());
+        const std::vector<Case> cases = matrix(n);
+        for (size_t i = 0; i < cases.size(); ++i) {
+          runCase(*r.coll, cases[i], static_cast<int>(i), seed);
+          if (::testing::Test::HasFailure()) break;  // the first failure tells; the rest would repeat it
+        }
+        r.comm->bootstrap().barrier();
+      },
+      std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesMpTest, EveryCollectiveTypeAndOpOneRank) { everyCollective(1); }
+TEST(CollectivesMpTest, EveryCollectiveTypeAndOpTwoRanks) { everyCollective(2); }
+TEST(CollectivesMpTest, EveryCollectiveTypeAndOpThreeRanks) { everyCollective(3); }
+TEST(CollectivesMpTest, EveryCollectiveTypeAndOpFourRanks) { everyCollective(4); }
+
+// A message of about a megabyte through the default-sized path (one piece per few hundred KB).
+TEST(CollectivesMpTest, LargeOddMessagesThreeRanks) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(3, [&](int rank, int n) {
+    CollectiveOptions o;
+    o.scratchBytes = 256 << 10;
+    o.budgetNs = 10000 * kMs;
+    o.hostThreads = 2;
+    Rank r(rank, n, id, o);
+    runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kUint8, ReduceOp::kSum, 1000003, false, 0}, 1, seed);
+    runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 250001, true, 0}, 2, seed);
+    runCase(*r.coll, {CollectiveKind::kAllGather, DataType::kBfloat16, ReduceOp::kSum, 100003, false, 0}, 3, seed);
+    r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+// allToAllV with uneven per-pair counts (zero for some pairs) and gaps between the blocks (left poisoned).
+TEST(CollectivesMpTest, AllToAllVUnevenCountsThreeAndFourRanks) {
+  for (int size : {3, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = test::runRanks(size, [&](int rank, int n) {
+      Rank r(rank, n, id, smallScratch());
+      const uint64_t nn = static_cast<uint64_t>(n);
+      auto pairCount = [](int from, int to) { return static_cast<uint64_t>(((from * 5 + to * 3) % 4) * 701); };
+      for (DataType type : {DataType::kUint8, DataType::kFloat16, DataType::kInt64}) {
+        const uint64_t es = dataTypeBytes(type);
+        std::vector<uint64_t> sc(nn), sd(nn), rc(nn), rd(nn);
+        uint64_t sendTotal = 0, recvTotal = 0;
+        for (int p = 0; p < n; ++p) {
+          sc[p] = pairCount(rank, p);
+          sd[p] = sendTotal + 1;  // one-element gaps
+          sendTotal += sc[p] + 1;
+          rc[p] = pairCount(p, rank);
+          rd[p] = recvTotal + 2;
+          recvTotal += rc[p] + 2;
+        }
+        auto input = [&](int p) { return makeInput(seed, static_cast<int>(type), p, type, 4 * 701 * nn + 2 * nn); };
+        const Bytes send = input(rank);
+        Bytes recv(recvTotal * es, kPoison);
+        Bytes want(recvTotal * es, kPoison);
+        for (int p = 0; p < n; ++p) {
+          // What p sends to this rank: p's block for `rank`, at p's displacement for it.
+          uint64_t pDispl = 0;
+          for (int q = 0; q < rank; ++q) pDispl += pairCount(p, q) + 1;
+          pDispl += 1;
+          const Bytes theirs = input(p);
+          std::memcpy(want.data() + rd[p] * es, theirs.data() + pDispl * es, rc[p] * es);
+        }
+        r.coll->allToAllV(send.data(), sc.data(), sd.data(), recv.data(), rc.data(), rd.data(), type, nullptr);
+        EXPECT_EQ(firstDifference(recv, want), "") << dataTypeName(type);
+      }
+      r.comm->bootstrap().barrier();
+    });
+    WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+  }
+}
+
+// Grouped send/recv: a ring plus a send to self and two sends in a row to the same peer; then a group that only
+// ranks 0 and 1 take part in (the others call nothing), then an allreduce to show the channels are still in step.
+TEST(CollectivesMpTest, SendRecvGroupsFourRanks) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(4, [&](int rank, int n) {
+    Rank r(rank, n, id, smallScratch());
+    const int next = (rank + 1) % n;
+    const int prev = (rank + n - 1) % n;
+    auto payload = [&](int from, int to, int part, uint64_t count) {
+      return makeInput(seed, 100 + from * 16 + to * 4 + part, from, DataType::kInt32, count);
+    };
+    const uint64_t big = 3001, small = 17;
+    Bytes toNextA = payload(rank, next, 0, big), toNextB = payload(rank, next, 1, small),
+          toSelf = payload(rank, rank, 0, small);
+    Bytes fromPrevA(big * 4, kPoison), fromPrevB(small * 4, kPoison), fromSelf(small * 4, kPoison);
+    std::vector<PointToPoint> ops = {
+        {PointToPoint::Direction::kRecv, fromPrevA.data(), big, DataType::kInt32, prev},
+        {PointToPoint::Direction::kSend, toNextA.data(), big, DataType::kInt32, next},
+        {PointToPoint::Direction::kSend, toSelf.data(), small, DataType::kInt32, rank},
+        {PointToPoint::Direction::kSend, toNextB.data(), small, DataType::kInt32, next},
+        {PointToPoint::Direction::kRecv, fromSelf.data(), small, DataType::kInt32, rank},
+        {PointToPoint::Direction::kRecv, fromPrevB.data(), small, DataType::kInt32, prev},
+    };
+    r.coll->sendRecv(ops, nullptr);
+    EXPECT_EQ(firstDifference(fromPrevA, payload(prev, rank, 0, big)), "");
+    EXPECT_EQ(firstDifference(fromPrevB, payload(prev, rank, 1, small)), "");
+    EXPECT_EQ(firstDifference(fromSelf, payload(rank, rank, 0, small)), "");
+    if (rank < 2) {
+      const int peer = 1 - rank;
+      Bytes out = payload(rank, peer, 2, 4099), in(4099 * 4, kPoison);
+      std::vector<PointToPoint> pair = {{PointToPoint::Direction::kSend, out.data(), 4099, DataType::kInt32, peer},
+                                        {PointToPoint::Direction::kRecv, in.data(), 4099, DataType::kInt32, peer}};
+      r.coll->sendRecv(pair, nullptr);
+      EXPECT_EQ(firstDifference(in, payload(peer, rank, 2, 4099)), "");
+    }
+    runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, 3000, false, 0}, 7, seed);
+    r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+// A rank that never joins the operation: the other's wait runs out of its budget and names the rank, the peer
+// and the operation; within a few budgets, not a hang.
+TEST(CollectivesMpTest, PeerThatNeverJoinsTimesOut) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int n) {
+    CollectiveOptions o = smallScratch();
+    o.budgetNs = 300 * kMs;
+    Rank r(rank, n, id, o);
+    if (rank == 0) {
+      std::vector<float> data(100, 1.0f);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        r.coll->allReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum, nullptr);
+        ADD_FAILURE() << "allreduce returned without its peer";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+        const std::string text = e.what();
+        EXPECT_NE(text.find("allreduce"), std::string::npos) << text;
+        EXPECT_NE(text.find("rank 0"), std::string::npos) << text;
+        EXPECT_NE(text.find("peer 1"), std::string::npos) << text;
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+    }
+    r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// Bad arguments are refused with kInvalidArgument naming what is wrong, before anything runs.
+TEST(CollectivesMpTest, BadArgumentsAreRefused) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int n) {
+    Rank r(rank, n, id, smallScratch());
+    CollectiveComm& c = *r.coll;
+    std::vector<float> buf(64);
+    auto expectInvalid = [](auto&& call, const char* word) {
+      try {
+        call();
+        ADD_FAILURE() << "accepted: " << word;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+      }
+    };
+    expectInvalid([&] { c.allReduce(nullptr, buf.data(), 4, DataType::kFloat32, ReduceOp::kSum, nullptr); }, "send");
+    expectInvalid([&] { c.allGather(buf.data(), nullptr, 4, DataType::kFloat32, nullptr); }, "recv");
+    expectInvalid([&] { c.allReduce(buf.data(), buf.data(), 4, static_cast<DataType>(42), ReduceOp::kSum, nullptr); },
+                  "data type");
+    expectInvalid(
+        [&] { c.allReduce(buf.data(), buf.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(9), nullptr); },
+        "reduce op");
+    expectInvalid([&] { c.broadcast(buf.data(), buf.data(), 4, DataType::kFloat32, 2, nullptr); }, "root");
+    expectInvalid([&] { c.reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum, -1, nullptr); },
+                  "root");
+    expectInvalid([&] { c.allReduce(buf.data(), buf.data(), ~0ull / 2, DataType::kFloat32, ReduceOp::kSum, nullptr); },
+                  "overflow");
+    std::vector<PointToPoint> badPeer = {{PointToPoint::Direction::kSend, buf.data(), 4, DataType::kFloat32, 5}};
+    expectInvalid([&] { c.sendRecv(badPeer, nullptr); }, "peer 5");
+    expectInvalid(
+        [&] { c.allToAllV(buf.data(), nullptr, nullptr, buf.data(), nullptr, nullptr, DataType::kFloat32, nullptr); },
+        "null count");
+    EXPECT_FALSE(c.supports(CollectiveKind::kAllReduce, static_cast<DataType>(42), ReduceOp::kSum, 1).native);
+    EXPECT_TRUE(c.supports(CollectiveKind::kAllReduce, DataType::kFloat8E4M3, ReduceOp::kAvg, 1).native);
+    EXPECT_EQ(c.supports(CollectiveKind::kSendRecv, DataType::kUint8, ReduceOp::kSum, 0).reason, "");
+    EXPECT_NO_THROW(c.checkError());
+    // Nothing ran, so the channels are in step: a real operation still works.
+    runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kMax, 100, false, 0}, 1, 99);
+    r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+}  // namespace
+}  // namespace weft
