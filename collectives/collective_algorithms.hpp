@@ -106,7 +106,9 @@ struct TeamAborted {};
 #endif
 }
 
-/// Grid barrier, called by one thread per block after a block barrier. The fetch-add is acq_rel at system
+/// Grid barrier, called by one thread per block after a block barrier. Its wait has twice the semaphores' budget:
+/// while block 0 waits for a peer the other blocks wait here, and the peer wait must be the one that runs out
+/// first and is recorded (it names the peer). The fetch-add is acq_rel at system
 /// scope, so the stores of every block (including the ones they made to mapped peer memory) happen before the
 /// release of the last arriver, and every waiter's acquire of the new generation makes them visible to it.
 WEFT_HOST_DEVICE_INLINE void gridBarrierOneThread(const CollectiveContext& ctx, uint32_t numBlocks, int32_t kind) {
@@ -127,10 +129,11 @@ WEFT_HOST_DEVICE_INLINE void gridBarrierOneThread(const CollectiveContext& ctx, 
         aborted = atomicLoad<MemoryOrder::kRelaxed>(&s->abort) != 0;
         return seen != generation || aborted;
       },
-      WaitBudget{ctx.budgetNs});
+      WaitBudget{2 * ctx.budgetNs});
   if (aborted) abortTeam();
   if (!ok) {
-    reportWaitTimeout(WaitSite{ctx.record, ctx.rank, -1, kind}, WaitOp::kBarrier, generation + 1, seen, ctx.budgetNs);
+    reportWaitTimeout(WaitSite{ctx.record, ctx.rank, -1, kind}, WaitOp::kBarrier, generation + 1, seen,
+                      2 * ctx.budgetNs);
   }
 }
 

@@ -12,6 +12,9 @@
 ///   division of the 64-bit sum, so an int64/uint64 sum that wraps gives the average of the wrapped sum).
 /// - kMin/kMax on floating point: a NaN operand gives NaN; otherwise the larger (smaller) value, the earlier rank's
 ///   on ties (so max(-0, +0) is the earlier rank's zero).
+/// - a NaN result (of any op) is stored as the positive quiet NaN of the element type (fp16 0x7e00, bf16 0x7fc0,
+///   E4M3 0x7f, E5M2 0x7e, fp32 0x7fc00000, fp64 0x7ff8...): the sign and payload of NaNs from arithmetic differ
+///   between GPUs and CPUs, so results are made canonical to be bit-exact everywhere.
 ///
 /// Conversions from fp32 (round to nearest even; fp32 subnormals are far below every small format's range):
 /// - fp16: overflow gives +-inf, inf stays inf, NaN gives the quiet NaN 0x7e00 (sign kept).
@@ -206,13 +209,31 @@ WEFT_HOST_DEVICE_INLINE Acc reduceFinish(ReduceOp op, Acc a, int n) {
   return op == ReduceOp::kAvg ? static_cast<Acc>(a / static_cast<Acc>(n)) : a;
 }
 
-/// Reduces value(0), value(1), ..., value(n - 1) (n >= 1) in that order with `op`, as every collective does.
+/// Returns `a`, or the positive quiet NaN of its type when `a` is a NaN: GPUs and CPUs give NaNs of different sign
+/// and payload for the same arithmetic, so a NaN result is made canonical before it is stored.
+template <class Acc>
+WEFT_HOST_DEVICE_INLINE Acc canonicalNan(Acc a) {
+  if constexpr (std::is_same_v<Acc, float>) {
+    return a != a ? detail::bitsToFloat(0x7fc00000u) : a;
+  } else if constexpr (std::is_same_v<Acc, double>) {
+    if (a == a) return a;
+    const uint64_t bits = 0x7ff8000000000000ull;
+    double d;
+    memcpy(&d, &bits, sizeof(d));
+    return d;
+  } else {
+    return a;
+  }
+}
+
+/// Reduces value(0), value(1), ..., value(n - 1) (n >= 1) in that order with `op`, as every collective does. A NaN
+/// result is stored as the positive quiet NaN (canonicalNan), whatever NaN the inputs held.
 template <class T, class ValueOf>
 WEFT_HOST_DEVICE_INLINE T reduceOrdered(ReduceOp op, int n, ValueOf&& value) {
   using Traits = ReduceTraits<T>;
   typename Traits::Acc acc = Traits::load(value(0));
   for (int p = 1; p < n; ++p) acc = reduceCombine(op, acc, Traits::load(value(p)));
-  return Traits::store(reduceFinish(op, acc, n));
+  return Traits::store(canonicalNan(reduceFinish(op, acc, n)));
 }
 
 }  // namespace weft

@@ -321,6 +321,14 @@ TEST(CollectiveTypesTest, FloatOpsAccumulateWideAndRoundOnce) {
   EXPECT_TRUE(std::isnan(reduceWithWeft<float>(ReduceOp::kMax, {1.0f, nan, 3.0f})));
   EXPECT_TRUE(std::isnan(reduceWithWeft<float>(ReduceOp::kMin, {nan, 1.0f})));
   EXPECT_TRUE(std::signbit(reduceWithWeft<float>(ReduceOp::kMax, {-0.0f, 0.0f})));
+  // A NaN result is the positive quiet NaN of the type, whatever sign the inputs' NaNs had.
+  EXPECT_EQ(std::bit_cast<uint32_t>(reduceWithWeft<float>(ReduceOp::kSum, {1.0f, -nan})), 0x7fc00000u);
+  EXPECT_EQ(std::bit_cast<uint64_t>(reduceWithWeft<double>(ReduceOp::kMin, {-static_cast<double>(nan), 2.0})),
+            0x7ff8000000000000ull);
+  EXPECT_EQ(reduceWithWeft<Float8E4M3>(ReduceOp::kSum, {Float8E4M3{0xff}, Float8E4M3{0x01}}).bits, 0x7f);
+  EXPECT_EQ(reduceWithWeft<Float8E5M2>(ReduceOp::kProd, {Float8E5M2{0xff}, Float8E5M2{0x01}}).bits, 0x7e);
+  EXPECT_EQ(reduceWithWeft<Float16>(ReduceOp::kMax, {Float16{0xfe01}, Float16{0x3c00}}).bits, 0x7e00);
+  EXPECT_EQ(reduceWithWeft<Bfloat16>(ReduceOp::kAvg, {Bfloat16{0xffc1}, Bfloat16{0x3f80}}).bits, 0x7fc0);
 }
 
 TEST(CollectiveTypesTest, NamesAndSizes) {

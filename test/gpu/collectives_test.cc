@@ -1,0 +1,394 @@
+// CollectiveComm on the GPU: 2 and 4 forked ranks sharing one GPU, whose scratch buffers and semaphores cuda_ipc
+// maps into each other. Every collective on every type (every op at one count for the reducing ones), counts 1,
+// odd and larger than a small scratch, in-place and out-of-place, outputs poisoned first, results compared bit for
+// bit with a CPU reference built from every rank's input; plus an allreduce captured into a CUDA graph and
+// replayed twice with fresh inputs (the semaphores and grid barrier keep their epochs in device memory).
+//
+// Tests that fork come first and the parent never touches the GPU runtime (see memory_channel_test.cc).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+#include <weft/collectives.hpp>
+#include <weft/communicator.hpp>
+#include <weft/error.hpp>
+#include <weft/gpu.hpp>
+#include <weft/reduce_device.hpp>
+
+#include "multi_process.hpp"
+
+namespace weft::test {
+namespace {
+
+using std::chrono::milliseconds;
+using Bytes = std::vector<uint8_t>;
+
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint8_t kPoison = 0xa5;
+
+Config ipcConfig() {
+  Config c = Config::defaults();
+  c.transports[PeerClass::kSameProcess] = {"cuda_ipc"};
+  c.transports[PeerClass::kSameHost] = {"cuda_ipc"};
+  c.bootstrapTimeout = milliseconds(20000);
+  return c;
+}
+
+template <class F>
+void withType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kInt8: f(int8_t{}); break;
+    case DataType::kUint8: f(uint8_t{}); break;
+    case DataType::kInt32: f(int32_t{}); break;
+    case DataType::kUint32: f(uint32_t{}); break;
+    case DataType::kInt64: f(int64_t{}); break;
+    case DataType::kUint64: f(uint64_t{}); break;
+    case DataType::kFloat16: f(Float16{}); break;
+    case DataType::kFloat32: f(float{}); break;
+    case DataType::kFloat64: f(double{}); break;
+    case DataType::kBfloat16: f(Bfloat16{}); break;
+    case DataType::kFloat8E4M3: f(Float8E4M3{}); break;
+    case DataType::kFloat8E5M2: f(Float8E5M2{}); break;
+  }
+}
+
+Bytes makeInput(uint64_t seed, int caseId, int rank, DataType type, uint64_t count) {
+  std::mt19937_64 rng(seed ^ (static_cast<uint64_t>(caseId) * 0x9e3779b97f4a7c15ull) ^
+                      (static_cast<uint64_t>(rank) << 48));
+  Bytes out(count * dataTypeBytes(type));
+  std::uniform_real_distribution<double> real(-8.0, 8.0);
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    for (uint64_t i = 0; i < count; ++i) {
+      T v;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        v = static_cast<T>(real(rng));
+      } else if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, Bfloat16>) {
+        v = T::fromFloat(static_cast<float>(real(rng)));
+      } else {
+        const uint64_t bits = rng();
+        std::memcpy(&v, &bits, sizeof(T));
+      }
+      std::memcpy(out.data() + i * sizeof(T), &v, sizeof(T));
+    }
+  });
+  return out;
+}
+
+void referenceReduce(DataType type, ReduceOp op, const std::vector<Bytes>& inputs, uint64_t offset, uint64_t count,
+                     uint8_t* out) {
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    for (uint64_t i = 0; i < count; ++i) {
+      const T r = reduceOrdered<T>(op, static_cast<int>(inputs.size()), [&](int p) {
+        T v;
+        std::memcpy(&v, inputs[static_cast<size_t>(p)].data() + (offset + i) * sizeof(T), sizeof(T));
+        return v;
+      });
+      std::memcpy(out + i * sizeof(T), &r, sizeof(T));
+    }
+  });
+}
+
+std::string firstDifference(const Bytes& got, const Bytes& want) {
+  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      return "byte " + std::to_string(i) + " of " + std::to_string(got.size()) + ": got " + std::to_string(got[i]) +
+             ", want " + std::to_string(want[i]);
+    }
+  }
+  return "";
+}
+
+class GpuBuffer {
+ public:
+  explicit GpuBuffer(uint64_t bytes) : bytes_(bytes) {
+    checkGpu(hipMalloc(&ptr_, bytes == 0 ? 1 : bytes), "hipMalloc");
+  }
+  ~GpuBuffer() { (void)hipFree(ptr_); }
+  GpuBuffer(const GpuBuffer&) = delete;
+  GpuBuffer& operator=(const GpuBuffer&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+  void upload(const Bytes& b) const {
+    checkGpu(hipMemcpy(ptr_, b.data(), b.size(), hipMemcpyHostToDevice), "hipMemcpy to the GPU");
+  }
+  Bytes download(uint64_t offset, uint64_t bytes) const {
+    Bytes out(bytes);
+    checkGpu(hipMemcpy(out.data(), get() + offset, bytes, hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+    return out;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  uint64_t bytes_;
+};
+
+class Stream {
+ public:
+  Stream() { checkGpu(hipStreamCreateWithFlags(&s_, hipStreamNonBlocking), "hipStreamCreateWithFlags"); }
+  ~Stream() { (void)hipStreamDestroy(s_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  hipStream_t get() const { return s_; }
+
+ private:
+  hipStream_t s_ = nullptr;
+};
+
+struct Case {
+  CollectiveKind kind;
+  DataType type;
+  ReduceOp op;
+  uint64_t count;
+  bool inPlace;
+  int root;
+};
+
+std::string describe(const Case& c) {
+  return std::string(collectiveKindName(c.kind)) + " " + dataTypeName(c.type) + " " + reduceOpName(c.op) + " count " +
+         std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") + " root " + std::to_string(c.root);
+}
+
+// The expected output of this rank, what its one device buffer holds before the call (in-place: the input; else
+// poison), and where the checked output starts in it.
+struct Plan {
+  Bytes want;
+  Bytes bufferBefore;
+  uint64_t outOffset = 0;
+};
+
+Plan plan(const Case& c, const std::vector<Bytes>& inputs, int rank) {
+  const size_t n = inputs.size();
+  const uint64_t es = dataTypeBytes(c.type);
+  const uint64_t r = static_cast<uint64_t>(rank);
+  const Bytes& mine = inputs[r];
+  Plan p;
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce:
+      p.want.resize(c.count * es);
+      referenceReduce(c.type, c.op, inputs, 0, c.count, p.want.data());
+      p.bufferBefore = c.inPlace ? mine : Bytes(c.count * es, kPoison);
+      break;
+    case CollectiveKind::kReduce:
+      p.bufferBefore = c.inPlace ? mine : Bytes(c.count * es, kPoison);
+      if (rank == c.root) {
+        p.want.resize(c.count * es);
+        referenceReduce(c.type, c.op, inputs, 0, c.count, p.want.data());
+      } else {
+        p.want = p.bufferBefore;
+      }
+      break;
+    case CollectiveKind::kReduceScatter:
+      p.want.resize(c.count * es);
+      referenceReduce(c.type, c.op, inputs, r * c.count, c.count, p.want.data());
+      p.bufferBefore = c.inPlace ? mine : Bytes(c.count * es, kPoison);
+      p.outOffset = c.inPlace ? r * c.count * es : 0;
+      break;
+    case CollectiveKind::kAllGather:
+      for (const Bytes& in : inputs) p.want.insert(p.want.end(), in.begin(), in.end());
+      p.bufferBefore = Bytes(c.count * es * n, kPoison);
+      if (c.inPlace) std::memcpy(p.bufferBefore.data() + r * c.count * es, mine.data(), mine.size());
+      break;
+    case CollectiveKind::kBroadcast:
+      p.want = inputs[static_cast<size_t>(c.root)];
+      p.bufferBefore = (c.inPlace && rank == c.root) ? mine : Bytes(c.count * es, kPoison);
+      break;
+    case CollectiveKind::kAllToAll:
+      for (const Bytes& in : inputs) {
+        p.want.insert(p.want.end(), in.begin() + static_cast<std::ptrdiff_t>(r * c.count * es),
+                      in.begin() + static_cast<std::ptrdiff_t>((r + 1) * c.count * es));
+      }
+      p.bufferBefore = c.inPlace ? mine : Bytes(c.count * es * n, kPoison);
+      break;
+    default: break;
+  }
+  return p;
+}
+
+void enqueue(CollectiveComm& coll, const Case& c, const uint8_t* send, uint8_t* buffer, hipStream_t stream) {
+  const uint64_t es = dataTypeBytes(c.type);
+  const uint64_t r = static_cast<uint64_t>(coll.rank());
+  const uint8_t* s = c.inPlace ? buffer : send;
+  uint8_t* recv = buffer;
+  if (c.inPlace && c.kind == CollectiveKind::kAllGather) s = buffer + r * c.count * es;
+  if (c.inPlace && c.kind == CollectiveKind::kReduceScatter) recv = buffer + r * c.count * es;
+  switch (c.kind) {
+    case CollectiveKind::kAllReduce: coll.allReduce(s, recv, c.count, c.type, c.op, stream); break;
+    case CollectiveKind::kReduce: coll.reduce(s, recv, c.count, c.type, c.op, c.root, stream); break;
+    case CollectiveKind::kReduceScatter: coll.reduceScatter(s, recv, c.count, c.type, c.op, stream); break;
+    case CollectiveKind::kAllGather: coll.allGather(s, recv, c.count, c.type, stream); break;
+    case CollectiveKind::kBroadcast: coll.broadcast(s, recv, c.count, c.type, c.root, stream); break;
+    case CollectiveKind::kAllToAll: coll.allToAll(s, recv, c.count, c.type, stream); break;
+    default: break;
+  }
+}
+
+void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed, hipStream_t stream) {
+  SCOPED_TRACE(describe(c));
+  const int n = coll.size();
+  const uint64_t inCount = (c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllToAll)
+                               ? c.count * static_cast<uint64_t>(n)
+                               : c.count;
+  std::vector<Bytes> inputs;
+  for (int p = 0; p < n; ++p) inputs.push_back(makeInput(seed, caseId, p, c.type, inCount));
+  const Plan p = plan(c, inputs, coll.rank());
+  GpuBuffer send(inputs[static_cast<size_t>(coll.rank())].size());
+  GpuBuffer buffer(p.bufferBefore.size());
+  send.upload(inputs[static_cast<size_t>(coll.rank())]);
+  buffer.upload(p.bufferBefore);
+  enqueue(coll, c, send.get(), buffer.get(), stream);
+  const hipError_t e = hipStreamSynchronize(stream);
+  coll.checkError();
+  checkGpu(e, "collective kernel");
+  EXPECT_EQ(firstDifference(buffer.download(p.outOffset, p.want.size()), p.want), "");
+}
+
+std::vector<Case> matrix(int n) {
+  std::vector<Case> cases;
+  int k = 0;
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    const auto type = static_cast<DataType>(t);
+    for (CollectiveKind kind : {CollectiveKind::kAllReduce, CollectiveKind::kReduceScatter, CollectiveKind::kReduce}) {
+      for (int o = 0; o < kReduceOpCount; ++o) {
+        cases.push_back({kind, type, static_cast<ReduceOp>(o), 1003, (k++ % 2) == 0, k % n});
+      }
+      cases.push_back({kind, type, ReduceOp::kSum, 1, (k++ % 2) == 0, k % n});
+      cases.push_back({kind, type, ReduceOp::kSum, 5000, (k++ % 2) == 0, k % n});
+    }
+    for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kBroadcast, CollectiveKind::kAllToAll}) {
+      for (uint64_t count : {uint64_t{1}, uint64_t{1003}, uint64_t{5000}}) {
+        cases.push_back({kind, type, ReduceOp::kSum, count, (k++ % 2) == 0, k % n});
+      }
+    }
+  }
+  return cases;
+}
+
+struct GpuRank {
+  std::shared_ptr<Communicator> comm;
+  std::unique_ptr<CollectiveComm> coll;
+  GpuRank(int rank, int size, const UniqueId& id, uint64_t scratchBytes) {
+    checkGpu(hipSetDevice(0), "hipSetDevice");
+    comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)),
+                                          ipcConfig());
+    CollectiveOptions o;
+    o.scratchBytes = scratchBytes;
+    o.budgetNs = 20000 * kMs;
+    coll = std::make_unique<CollectiveComm>(comm, o);
+  }
+};
+
+void everyCollective(int rank, int size, const UniqueId& id, uint64_t seed) {
+  GpuRank r(rank, size, id, 8192);  // small scratch: the 5000-element cases go in many pieces
+  Stream stream;
+  const std::vector<Case> cases = matrix(size);
+  for (size_t i = 0; i < cases.size() && !::testing::Test::HasFailure(); ++i) {
+    runCase(*r.coll, cases[i], static_cast<int>(i), seed, stream.get());
+  }
+  // Group operations: allToAllV with uneven counts and a ring sendRecv with a send to self.
+  {
+    const int next = (rank + 1) % size;
+    const int prev = (rank + size - 1) % size;
+    const uint64_t count = 3001;
+    Bytes out = makeInput(seed, 900 + rank, rank, DataType::kInt32, count);
+    Bytes self = makeInput(seed, 950 + rank, rank, DataType::kInt32, 17);
+    GpuBuffer outD(out.size()), selfD(self.size()), inD(out.size()), selfInD(self.size());
+    outD.upload(out);
+    selfD.upload(self);
+    inD.upload(Bytes(out.size(), kPoison));
+    selfInD.upload(Bytes(self.size(), kPoison));
+    std::vector<PointToPoint> ops = {{PointToPoint::Direction::kSend, outD.get(), count, DataType::kInt32, next},
+                                     {PointToPoint::Direction::kRecv, inD.get(), count, DataType::kInt32, prev},
+                                     {PointToPoint::Direction::kSend, selfD.get(), 17, DataType::kInt32, rank},
+                                     {PointToPoint::Direction::kRecv, selfInD.get(), 17, DataType::kInt32, rank}};
+    r.coll->sendRecv(ops, stream.get());
+    checkGpu(hipStreamSynchronize(stream.get()), "sendrecv kernel");
+    r.coll->checkError();
+    EXPECT_EQ(firstDifference(inD.download(0, out.size()), makeInput(seed, 900 + prev, prev, DataType::kInt32, count)),
+              "");
+    EXPECT_EQ(firstDifference(selfInD.download(0, self.size()), self), "");
+  }
+  r.comm->bootstrap().barrier();  // peers' kernels are done with this rank's scratch before it goes
+}
+
+#if WEFT_BUILD_GPU_CUDA
+// allreduce captured into a graph, then replayed twice with fresh inputs written between the replays.
+void graphReplay(int rank, int size, const UniqueId& id, uint64_t seed) {
+  GpuRank r(rank, size, id, 1 << 20);
+  Stream stream;
+  const uint64_t count = 300007;  // more than one piece of the 1 MB scratch
+  const Case c{CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, count, false, 0};
+  GpuBuffer send(count * 4), recv(count * 4);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  r.coll->allReduce(send.get(), recv.get(), count, DataType::kFloat32, ReduceOp::kSum, stream.get());
+  checkGpu(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
+  checkGpu(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 2; ++replay) {
+    std::vector<Bytes> inputs;
+    for (int p = 0; p < size; ++p) inputs.push_back(makeInput(seed, 1000 + replay, p, c.type, count));
+    const Plan p = plan(c, inputs, rank);
+    send.upload(inputs[static_cast<size_t>(rank)]);
+    recv.upload(p.bufferBefore);
+    r.comm->bootstrap().barrier();  // every rank's inputs are in place before any replay starts
+    checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
+    const hipError_t e = hipStreamSynchronize(stream.get());
+    r.coll->checkError();
+    checkGpu(e, "graph replay");
+    EXPECT_EQ(firstDifference(recv.download(0, p.want.size()), p.want), "") << "replay " << replay;
+    r.comm->bootstrap().barrier();  // nobody overwrites inputs while a peer still reads them
+  }
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  r.comm->bootstrap().barrier();
+}
+#endif
+
+uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
+
+TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      2, [&](int rank, int n) { everyCollective(rank, n, id, seed); }, std::chrono::seconds(180));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesGpu, EveryCollectiveFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      4, [&](int rank, int n) { everyCollective(rank, n, id, seed); }, std::chrono::seconds(240));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+#if WEFT_BUILD_GPU_CUDA
+TEST(CollectivesGpu, AllReduceInCudaGraphTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { graphReplay(rank, n, id, seed); }, std::chrono::seconds(120));
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
+}
+#endif
+
+#else
+
+TEST(CollectivesGpu, KernelsNeedAGpuBuild) {
+  GTEST_SKIP() << "WEFT_GPU=none build: the collective algorithms ran in host threads (mp_collectives_test)";
+}
+
+#endif
+
+}  // namespace
+}  // namespace weft::test
