@@ -1,0 +1,580 @@
+// The libfabric transport between real processes (forked ranks), over the real tcp (through ofi_rxm) and shm
+// providers: verified writes of many sizes and offsets, back-to-back writes behind one flush, exact atomic counts from
+// several threads on both sides, flush timeouts against a stopped peer, a killed peer, bad blobs and options, and
+// PortChannel through Communicator + ProxyService with libfabric forced for the same host.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <poll.h>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <multi_process.hpp>
+#include <thread>
+#include <weft/communicator.hpp>
+#include <weft/error.hpp>
+#include <weft/proxy_service.hpp>
+#include <weft/shared_host_memory.hpp>
+
+#include "../../transports/libfabric/libfabric_wire.hpp"
+#include "transport_plugin.hpp"
+
+namespace weft {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+/// Length-prefixed messages over one end of a socketpair, every receive with a deadline.
+class Channel {
+ public:
+  explicit Channel(int fd) : fd_(fd) {}
+  ~Channel() { close(fd_); }
+  void send(const std::vector<uint8_t>& bytes) {
+    uint32_t n = static_cast<uint32_t>(bytes.size());
+    writeAll(&n, sizeof(n));
+    writeAll(bytes.data(), bytes.size());
+  }
+  std::vector<uint8_t> recv(std::chrono::milliseconds timeout = 10s) {
+    auto deadline = Clock::now() + timeout;
+    uint32_t n = 0;
+    readAll(&n, sizeof(n), deadline);
+    if (n > (1u << 20)) throw Error(ErrorCode::kProtocolError, "message too long");
+    std::vector<uint8_t> bytes(n);
+    readAll(bytes.data(), n, deadline);
+    return bytes;
+  }
+  void sendValue(uint64_t v) {
+    std::vector<uint8_t> b(sizeof(v));
+    std::memcpy(b.data(), &v, sizeof(v));
+    send(b);
+  }
+  uint64_t recvValue(std::chrono::milliseconds timeout = 10s) {
+    auto b = recv(timeout);
+    uint64_t v = 0;
+    if (b.size() != sizeof(v)) throw Error(ErrorCode::kProtocolError, "bad value message");
+    std::memcpy(&v, b.data(), sizeof(v));
+    return v;
+  }
+
+ private:
+  void writeAll(const void* p, size_t n) {
+    auto* c = static_cast<const char*>(p);
+    while (n > 0) {
+      ssize_t w = ::send(fd_, c, n, MSG_NOSIGNAL);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throwSystemError("send on the test channel", errno);
+      c += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  void readAll(void* p, size_t n, Clock::time_point deadline) {
+    auto* c = static_cast<char*>(p);
+    while (n > 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) throw Error(ErrorCode::kTimeout, "test channel: peer did not answer");
+      pollfd pfd{fd_, POLLIN, 0};
+      if (poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;
+      ssize_t r = ::recv(fd_, c, n, 0);
+      if (r == 0) throw Error(ErrorCode::kRemoteError, "peer closed the test channel");
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        throwSystemError("recv on the test channel", errno);
+      }
+      c += r;
+      n -= static_cast<size_t>(r);
+    }
+  }
+  int fd_;
+};
+
+struct ChannelPair {
+  int fds[2] = {-1, -1};
+  ChannelPair() {
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) throwSystemError("socketpair", errno);
+  }
+  ~ChannelPair() {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  std::unique_ptr<Channel> take(int rank) {
+    close(fds[1 - rank]);
+    int mine = fds[rank];
+    fds[0] = fds[1] = -1;
+    return std::make_unique<Channel>(mine);
+  }
+};
+
+uint64_t loadAcquire(const void* word) { return __atomic_load_n(static_cast<const uint64_t*>(word), __ATOMIC_ACQUIRE); }
+
+void waitCounter(const void* word, uint64_t expected, std::chrono::milliseconds timeout, const char* what) {
+  auto deadline = Clock::now() + timeout;
+  while (loadAcquire(word) < expected) {
+    if (Clock::now() > deadline) {
+      throw Error(ErrorCode::kTimeout, std::string(what) + ": expected " + std::to_string(expected) + ", saw " +
+                                           std::to_string(loadAcquire(word)));
+    }
+    std::this_thread::yield();
+  }
+}
+
+inline uint8_t pattern(int rank, uint64_t size, uint64_t j) {
+  return static_cast<uint8_t>((j ^ (j >> 8) ^ (j >> 16)) * 31 + size * 7 + static_cast<uint64_t>(rank) * 101);
+}
+
+template <class F>
+std::string errorOf(ErrorCode code, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << "no weft::Error thrown";
+  return "";
+}
+
+/// Page-aligned heap memory (libfabric registers any host memory; no shared file is needed).
+std::shared_ptr<uint8_t> hostBuffer(uint64_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes) != 0) throw Error(ErrorCode::kSystemError, "posix_memalign");
+  std::memset(p, 0, bytes);
+  return std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+}
+
+std::shared_ptr<TransportPlugin> loadFabric(const std::string& provider) {
+  return loadTransportPlugin("libfabric", {}, {{"provider", provider}});
+}
+
+/// Whether this machine's libfabric offers `provider` (checked in the parent, before any fork).
+bool providerPresent(const std::string& provider, std::string* why) {
+  try {
+    loadFabric(provider);
+    return true;
+  } catch (const Error& e) {
+    *why = e.message();
+    return false;
+  }
+}
+
+class LibfabricTransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!providerPresent(GetParam(), &why)) GTEST_SKIP() << "provider " << GetParam() << " unavailable: " << why;
+  }
+};
+
+/// One rank's plugin, endpoint, connection and an exchanged inbox (the peer's registration imported).
+struct Pair {
+  std::shared_ptr<TransportPlugin> plugin;
+  std::shared_ptr<uint8_t> inbox, outbox;
+  TransportMemory inReg, outReg;
+  TransportEndpoint ep;
+  TransportConnection conn;
+  TransportRemoteMemory remote;
+
+  Pair(Channel& ch, const std::string& provider, uint64_t inBytes, uint64_t outBytes) {
+    plugin = loadFabric(provider);
+    inbox = hostBuffer(inBytes);
+    outbox = hostBuffer(outBytes);
+    inReg = plugin->registerMemory(inbox.get(), inBytes, MemoryKind::kHost);
+    outReg = plugin->registerMemory(outbox.get(), outBytes, MemoryKind::kHost);
+    ep = plugin->createEndpoint(0);
+    ch.send(ep.blob());
+    ch.send(inReg.blob());
+    auto peerEp = ch.recv();
+    auto peerInbox = ch.recv();
+    conn = ep.connect(peerEp, 3s);
+    remote = plugin->importMemory(peerInbox, 3s);
+  }
+};
+
+constexpr uint64_t kHeader = 4096;  // counters live here; data follows
+constexpr uint64_t kMaxTransfer = uint64_t{64} << 20;
+
+TEST_P(LibfabricTransportTest, WritesFromOneByteTo64MiBAtOddOffsetsArriveIntact) {
+  ChannelPair pairs;
+  const std::string provider = GetParam();
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        Pair p(*ch, provider, kHeader + kMaxTransfer + 64, kMaxTransfer + 64);
+        uint8_t* in = p.inbox.get();
+        uint8_t* out = p.outbox.get();
+        const uint64_t sizes[] = {1, 7, 1024, 4097, 65537, (1 << 20) + 3, (16 << 20) - 1, kMaxTransfer};
+        uint64_t round = 0;
+        for (uint64_t size : sizes) {
+          const uint64_t srcOffset = round % 3, dstOffset = kHeader + round % 5;
+          for (uint64_t j = 0; j < size; ++j) out[srcOffset + j] = pattern(rank, size, j);
+          p.conn.write(p.remote, dstOffset, p.outReg, srcOffset, size);
+          p.conn.atomicAdd(p.remote, 0, 1);  // ordered after the write: "round `round` is there"
+          p.conn.flush(5s);
+          ++round;
+          waitCounter(in, round, 10s, "data signal");
+          uint64_t wrong = 0;
+          for (uint64_t j = 0; j < size; ++j) wrong += in[dstOffset + j] != pattern(1 - rank, size, j);
+          ASSERT_EQ(wrong, 0u) << "size " << size;
+          p.conn.atomicAdd(p.remote, 8, 1);  // "checked": the peer may overwrite
+          p.conn.flush(5s);
+          waitCounter(in + 8, round, 10s, "ack signal");
+        }
+      },
+      40s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST_P(LibfabricTransportTest, ManyBackToBackWritesThenOneSignalAndFlush) {
+  ChannelPair pairs;
+  const std::string provider = GetParam();
+  constexpr uint64_t kWrites = 3000, kSlot = 1000;  // odd slot size: unaligned destinations
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        Pair p(*ch, provider, kHeader + kWrites * kSlot, kWrites * kSlot);
+        uint8_t* out = p.outbox.get();
+        for (uint64_t j = 0; j < kWrites * kSlot; ++j) out[j] = pattern(rank, kSlot, j);
+        for (uint64_t i = 0; i < kWrites; ++i) {
+          // Slots in a scrambled order, so completion order says nothing about placement.
+          const uint64_t slot = (i * 7919) % kWrites;
+          p.conn.write(p.remote, kHeader + slot * kSlot, p.outReg, slot * kSlot, kSlot);
+        }
+        p.conn.atomicAdd(p.remote, 0, 1);
+        p.conn.flush(10s);
+        waitCounter(p.inbox.get(), 1, 10s, "signal behind the writes");
+        uint64_t wrong = 0;
+        for (uint64_t j = 0; j < kWrites * kSlot; ++j)
+          wrong += p.inbox.get()[kHeader + j] != pattern(1 - rank, kSlot, j);
+        EXPECT_EQ(wrong, 0u);
+        ch->sendValue(1);
+        EXPECT_EQ(ch->recvValue(), 1u);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST_P(LibfabricTransportTest, AtomicAddsFromBothSidesAndManyThreadsAreExact) {
+  ChannelPair pairs;
+  const std::string provider = GetParam();
+  constexpr int kThreads = 4;
+  constexpr uint64_t kAddsPerThread = 3000;
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        Pair p(*ch, provider, kHeader, 4096);
+        auto peerEp = std::vector<uint8_t>();
+        std::vector<std::thread> threads;
+        std::atomic<int> failures{0};
+        for (int t = 0; t < kThreads; ++t) {
+          threads.emplace_back([&, t] {
+            try {
+              for (uint64_t i = 0; i < kAddsPerThread; ++i) {
+                p.conn.atomicAdd(p.remote, 16, t + 1);
+                if (i % 500 == 0) p.conn.write(p.remote, 1024 + 8 * t, p.outReg, 0, 8);  // writes mixed in
+              }
+              p.conn.flush(10s);
+            } catch (const std::exception& e) {
+              std::fprintf(stderr, "thread %d: %s\n", t, e.what());
+              failures.fetch_add(1);
+            }
+          });
+        }
+        for (auto& th : threads) th.join();
+        ASSERT_EQ(failures.load(), 0);
+        ch->sendValue(1);  // all my adds are flushed
+        ASSERT_EQ(ch->recvValue(), 1u);
+        const uint64_t expected = kAddsPerThread * (kThreads * (kThreads + 1) / 2);
+        EXPECT_EQ(loadAcquire(p.inbox.get() + 16), expected);
+        EXPECT_EQ(loadAcquire(p.inbox.get() + 8), 0u) << "a neighbouring word was touched";
+        EXPECT_EQ(loadAcquire(p.inbox.get() + 24), 0u) << "a neighbouring word was touched";
+        ch->sendValue(2);
+        ASSERT_EQ(ch->recvValue(), 2u);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes) {
+  ChannelPair pairs;
+  const std::string provider = GetParam();
+  constexpr uint64_t kBytes = 32 << 20;
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        Pair p(*ch, provider, kHeader + kBytes, kBytes);
+        if (rank == 1) {
+          ch->sendValue(static_cast<uint64_t>(getpid()));
+          raise(SIGSTOP);  // the progress thread stops with us: nothing is received
+          ASSERT_EQ(ch->recvValue(), 5u);
+          waitCounter(p.inbox.get(), 1, 10s, "signal after continuing");
+          uint64_t wrong = 0;
+          for (uint64_t j = 0; j < kBytes; ++j) wrong += p.inbox.get()[kHeader + j] != pattern(0, kBytes, j);
+          EXPECT_EQ(wrong, 0u);
+          ch->sendValue(6);
+          return;
+        }
+        auto peer = static_cast<pid_t>(ch->recvValue());
+        std::this_thread::sleep_for(100ms);  // let it stop
+        for (uint64_t j = 0; j < kBytes; ++j) p.outbox.get()[j] = pattern(0, kBytes, j);
+        p.conn.write(p.remote, kHeader, p.outReg, 0, kBytes);
+        p.conn.atomicAdd(p.remote, 0, 1);
+        auto start = Clock::now();
+        std::string msg = errorOf(ErrorCode::kTimeout, [&] { p.conn.flush(300ms); });
+        auto took = Clock::now() - start;
+        EXPECT_GE(took, 250ms);
+        EXPECT_LT(took, 2s);
+        EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
+        kill(peer, SIGCONT);
+        p.conn.flush(10s);  // the operations stayed pending and now complete
+        ch->sendValue(5);
+        EXPECT_EQ(ch->recvValue(), 6u);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST_P(LibfabricTransportTest, PeerKilledMidTransferGivesAnErrorNotAHang) {
+  ChannelPair pairs;
+  const std::string provider = GetParam();
+  constexpr uint64_t kBytes = 8 << 20;
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        Pair p(*ch, provider, kHeader + kBytes, kBytes);
+        if (rank == 1) {
+          ch->sendValue(1);
+          waitCounter(p.inbox.get(), 2, 10s, "first transfers");
+          _exit(0);  // die mid-transfer without cleanup, the way a crashed rank does
+        }
+        ASSERT_EQ(ch->recvValue(), 1u);
+        auto start = Clock::now();
+        bool failed = false;
+        for (int i = 0; i < 200 && !failed; ++i) {
+          try {
+            p.conn.write(p.remote, kHeader, p.outReg, 0, kBytes);
+            p.conn.atomicAdd(p.remote, 0, 1);
+            p.conn.flush(1s);
+          } catch (const Error& e) {
+            EXPECT_TRUE(e.code() == ErrorCode::kRemoteError || e.code() == ErrorCode::kTimeout) << e.what();
+            failed = true;
+          }
+        }
+        EXPECT_TRUE(failed) << "200 transfers to a dead peer all succeeded";
+        EXPECT_LT(Clock::now() - start, 8s);
+      },
+      30s);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].ok()) << test::describeFailures(results);
+}
+
+TEST_P(LibfabricTransportTest, BadBlobsAndRangesAreRefused) {
+  auto plugin = loadFabric(GetParam());
+  ASSERT_EQ(plugin->devices().size(), 1u);
+  EXPECT_TRUE(plugin->devices()[0].hostMemory);
+  auto buf = hostBuffer(8192);
+  auto reg = plugin->registerMemory(buf.get(), 4096, MemoryKind::kHost);
+  auto ep = plugin->createEndpoint(0);
+  auto blob = reg.blob();
+  ASSERT_EQ(blob.size(), sizeof(fabric::MemoryBlob));
+  errorOf(ErrorCode::kInvalidArgument, [&] { plugin->importMemory({blob.begin(), blob.end() - 1}, 1s); });
+  errorOf(ErrorCode::kInvalidArgument, [&] { plugin->importMemory(std::vector<uint8_t>(blob.size(), 0xab), 1s); });
+  errorOf(ErrorCode::kInvalidArgument, [&] { plugin->importMemory({}, 1s); });
+  auto badProvider = blob;
+  std::memcpy(badProvider.data() + offsetof(fabric::MemoryBlob, provider), "psm9", 5);
+  std::string msg = errorOf(ErrorCode::kInvalidArgument, [&] { plugin->importMemory(badProvider, 1s); });
+  EXPECT_NE(msg.find("psm9"), std::string::npos) << msg;
+  auto badFlags = blob;
+  badFlags[offsetof(fabric::MemoryBlob, flags) + 3] = 0x80;
+  errorOf(ErrorCode::kInvalidArgument, [&] { plugin->importMemory(badFlags, 1s); });
+
+  auto epBlob = ep.blob();
+  errorOf(ErrorCode::kInvalidArgument, [&] { ep.connect(blob, 1s); });  // a memory blob is no endpoint blob
+  auto badLen = epBlob;
+  uint32_t huge = 100000;
+  std::memcpy(badLen.data() + offsetof(fabric::EndpointBlob, addressBytes), &huge, sizeof(huge));
+  errorOf(ErrorCode::kInvalidArgument, [&] { ep.connect(badLen, 1s); });
+  auto unterminated = epBlob;
+  std::memset(unterminated.data() + offsetof(fabric::EndpointBlob, provider), 'x', fabric::kProviderBytes);
+  errorOf(ErrorCode::kInvalidArgument, [&] { ep.connect(unterminated, 1s); });
+
+  // Loopback through our own endpoint: ranges and alignment are checked before anything is posted.
+  auto conn = ep.connect(epBlob, 1s);
+  auto remote = plugin->importMemory(blob, 1s);
+  errorOf(ErrorCode::kInvalidArgument, [&] { conn.write(remote, 4000, reg, 0, 97); });
+  errorOf(ErrorCode::kInvalidArgument, [&] { conn.write(remote, 0, reg, 1, 4096); });
+  errorOf(ErrorCode::kInvalidArgument, [&] { conn.write(remote, ~uint64_t{0}, reg, 0, 2); });
+  msg = errorOf(ErrorCode::kInvalidArgument, [&] { conn.atomicAdd(remote, 4, 1); });
+  EXPECT_NE(msg.find("not 8-byte aligned"), std::string::npos) << msg;
+  errorOf(ErrorCode::kInvalidArgument, [&] { conn.atomicAdd(remote, 4096, 1); });
+  // And a valid loopback write + add lands.
+  std::memcpy(buf.get() + 4096, "loop", 5);
+  auto src = plugin->registerMemory(buf.get() + 4096, 4096, MemoryKind::kHost);
+  conn.write(remote, 64, src, 0, 5);
+  conn.atomicAdd(remote, 0, 41);
+  conn.atomicAdd(remote, 0, 1);
+  conn.flush(3s);
+  EXPECT_STREQ(reinterpret_cast<const char*>(buf.get()) + 64, "loop");
+  EXPECT_EQ(loadAcquire(buf.get()), 42u);
+}
+
+TEST_P(LibfabricTransportTest, GpuMemoryWithoutAStagingPathIsNotSupported) {
+#if WEFT_BUILD_GPU_NONE
+  auto plugin = loadFabric(GetParam());
+  EXPECT_FALSE(plugin->devices()[0].gpuMemory);
+  auto buf = hostBuffer(4096);
+  std::string msg =
+      errorOf(ErrorCode::kNotSupported, [&] { plugin->registerMemory(buf.get(), 4096, MemoryKind::kGpu, 0); });
+  EXPECT_NE(msg.find("WEFT_GPU=none"), std::string::npos) << msg;
+#else
+  GTEST_SKIP() << "GPU builds stage or register GPU memory (covered by GPU tests)";
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, LibfabricTransportTest, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param; });
+
+TEST(LibfabricTransportOptionsTest, UnknownProviderAndOptionAreClearErrors) {
+  std::string msg = errorOf(ErrorCode::kPluginError, [&] { loadFabric("nosuchprov"); });
+  EXPECT_NE(msg.find("'nosuchprov'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fi_getinfo offers"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tcp"), std::string::npos) << msg;
+  msg = errorOf(ErrorCode::kPluginError, [&] { loadTransportPlugin("libfabric", {}, {{"rails", "2"}}); });
+  EXPECT_NE(msg.find("unknown option 'rails'"), std::string::npos) << msg;
+  msg = errorOf(ErrorCode::kPluginError, [&] {
+    loadTransportPlugin("libfabric", {}, {{"provider", "tcp"}, {"progress_thread", "maybe"}});
+  });
+  EXPECT_NE(msg.find("progress_thread"), std::string::npos) << msg;
+}
+
+// Without a progress thread the callers drive progress; over tcp both sides keep calling flush until done.
+TEST(LibfabricTransportOptionsTest, CallerDrivenProgressStillDeliversOverTcp) {
+  std::string why;
+  if (!providerPresent("tcp", &why)) GTEST_SKIP() << why;
+  ChannelPair pairs;
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        auto plugin = loadTransportPlugin("libfabric", {}, {{"provider", "tcp"}, {"progress_thread", "false"}});
+        constexpr uint64_t kBytes = 1 << 20;
+        auto in = hostBuffer(kHeader + kBytes), out = hostBuffer(kBytes);
+        auto inReg = plugin->registerMemory(in.get(), kHeader + kBytes, MemoryKind::kHost);
+        auto outReg = plugin->registerMemory(out.get(), kBytes, MemoryKind::kHost);
+        auto ep = plugin->createEndpoint(0);
+        ch->send(ep.blob());
+        ch->send(inReg.blob());
+        auto conn = ep.connect(ch->recv(), 3s);
+        auto remote = plugin->importMemory(ch->recv(), 3s);
+        for (uint64_t j = 0; j < kBytes; ++j) out.get()[j] = pattern(rank, kBytes, j);
+        conn.write(remote, kHeader, outReg, 0, kBytes);
+        conn.atomicAdd(remote, 0, 1);
+        // Both ranks flush repeatedly (that is where progress happens) until their own inbox is signalled.
+        auto deadline = Clock::now() + 10s;
+        while (loadAcquire(in.get()) < 1 && Clock::now() < deadline) conn.flush(10ms);
+        ASSERT_EQ(loadAcquire(in.get()), 1u);
+        uint64_t wrong = 0;
+        for (uint64_t j = 0; j < kBytes; ++j) wrong += in.get()[kHeader + j] != pattern(1 - rank, kBytes, j);
+        EXPECT_EQ(wrong, 0u);
+        conn.flush(5s);
+        // Keep progressing for the peer until it is done too.
+        ch->sendValue(1);
+        deadline = Clock::now() + 10s;
+        std::vector<uint8_t> got;
+        while (Clock::now() < deadline) {
+          conn.flush(10ms);
+          try {
+            got = ch->recv(10ms);
+            break;
+          } catch (const Error&) {
+          }
+        }
+        EXPECT_EQ(got.size(), sizeof(uint64_t));
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// ---- through the object model: Communicator + ProxyService + PortChannel over libfabric ----
+
+class LibfabricPortChannelTest : public LibfabricTransportTest {};
+
+Config fabricConfig(const std::string& provider) {
+  Config c = Config::defaults();
+  c.transports[PeerClass::kSameProcess] = {"libfabric"};
+  c.transports[PeerClass::kSameHost] = {"libfabric"};
+  c.transportOptions["libfabric"]["provider"] = provider;
+  c.bootstrapTimeout = std::chrono::milliseconds(5000);
+  return c;
+}
+
+TEST_P(LibfabricPortChannelTest, PutSignalFlushWaitDeliverVerifiedData) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const std::string provider = GetParam();
+  constexpr uint64_t kBytes = 1 << 20;
+  auto results = test::runRanks(2, [&](int rank, int) {
+    Communicator comm(std::make_shared<TcpBootstrap>(rank, 2, id, std::chrono::milliseconds(10000)),
+                      fabricConfig(provider));
+    const int peer = 1 - rank;
+    ASSERT_EQ(comm.transportFor(peer), "libfabric");
+    ProxyServiceOptions o;
+    o.side = HandleSide::kHost;
+    o.threads = 1;
+    o.budgetNs = 5000ull * 1000 * 1000;
+    o.fifoSize = 64;
+    ProxyService proxy(comm, o);
+    auto srcStorage = allocSharedHostMemory(kBytes), dstStorage = allocSharedHostMemory(kBytes);
+    auto* src = static_cast<uint8_t*>(srcStorage.get());
+    auto* dst = static_cast<uint8_t*>(dstStorage.get());
+    RegisteredMemory srcMem = comm.registerMemory(src, kBytes, MemoryKind::kHost);
+    RegisteredMemory dstMem = comm.registerMemory(dst, kBytes, MemoryKind::kHost);
+    comm.sendMemory(dstMem, peer, 1);
+    MemoryId remoteDst = proxy.addMemory(comm.recvMemory(peer, 1));
+    MemoryId localSrc = proxy.addMemory(srcMem);
+    proxy.addMemory(dstMem);
+    SemaphoreId sem = proxy.buildSemaphore(comm.connect(peer, 10), 20);
+    PortChannel channel = proxy.portChannel(sem, remoteDst, localSrc);
+    proxy.start();
+    const PortChannelDeviceHandle ch = channel.deviceHandle();
+    for (uint64_t i = 0; i < kBytes; ++i) src[i] = pattern(rank, kBytes, i);
+    for (int round = 0; round < 4; ++round) {
+      const uint64_t off = round * (kBytes / 4);
+      if (round % 2 == 0) {
+        ch.putWithSignal(off, kBytes / 4);
+      } else {
+        ch.put(off, off, kBytes / 4);
+        ch.signal();
+        ch.flush();
+      }
+      ch.wait();
+      uint64_t wrong = 0;
+      for (uint64_t i = off; i < off + kBytes / 4; ++i) wrong += dst[i] != pattern(1 - rank, kBytes, i);
+      EXPECT_EQ(wrong, 0u) << "round " << round;
+    }
+    // Many small put+signal+flush rounds reusing the source at once.
+    for (int r = 0; r < 50; ++r) {
+      std::memset(src, r + rank, 512);
+      ch.putWithSignalAndFlush(0, 0, 512);
+      ch.wait();
+      EXPECT_EQ(dst[0], static_cast<uint8_t>(r + peer));
+      EXPECT_EQ(dst[511], static_cast<uint8_t>(r + peer));
+      comm.bootstrap().barrier();  // the peer has checked before the next round overwrites
+    }
+    EXPECT_FALSE(ch.poll());
+    proxy.checkError();
+    comm.bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, LibfabricPortChannelTest, ::testing::Values("tcp", "shm"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace weft
