@@ -7,6 +7,8 @@
 // Tests that fork come first and the parent never touches the GPU runtime (see memory_channel_test.cc).
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -367,6 +369,45 @@ TEST(CollectivesGpu, EveryCollectiveFourProcesses) {
   auto results = runRanks(
       4, [&](int rank, int n) { everyCollective(rank, n, id, seed); }, std::chrono::seconds(240));
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+// A peer that never joins: rank 0's kernel waits for it, runs out of its budget, records the wait and traps;
+// checkError names the operation, the rank and the peer.
+TEST(CollectivesGpu, PeerThatNeverJoinsTrapsAndIsRecorded) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      2,
+      [&](int rank, int n) {
+        checkGpu(hipSetDevice(0), "hipSetDevice");
+        auto comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(20000)),
+                                                   ipcConfig());
+        CollectiveOptions o;
+        o.scratchBytes = 1 << 16;
+        o.budgetNs = 300 * kMs;
+        CollectiveComm coll(comm, o);
+        if (rank == 0) {
+          GpuBuffer data(4096);
+          Stream stream;
+          coll.allReduce(data.get(), data.get(), 1024, DataType::kFloat32, ReduceOp::kSum, stream.get());
+          EXPECT_NE(hipStreamSynchronize(stream.get()), hipSuccess) << "the allreduce finished without its peer";
+          try {
+            coll.checkError();
+            ADD_FAILURE() << "no error recorded";
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+            const std::string text = e.what();
+            EXPECT_NE(text.find("allreduce"), std::string::npos) << text;
+            EXPECT_NE(text.find("rank 0"), std::string::npos) << text;
+            EXPECT_NE(text.find("peer 1"), std::string::npos) << text;
+          }
+        }
+        comm->bootstrap().barrier();
+        std::fflush(nullptr);
+        std::_Exit(::testing::Test::HasFailure() ? 1 : 0);  // no teardown in a broken context
+      },
+      std::chrono::seconds(60));
+  WEFT_EXPECT_RANKS_OK(results);
 }
 
 #if WEFT_BUILD_GPU_CUDA
