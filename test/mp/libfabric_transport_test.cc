@@ -260,6 +260,11 @@ TEST_P(LibfabricTransportTest, ManyBackToBackWritesThenOneSignalAndFlush) {
 TEST_P(LibfabricTransportTest, AtomicAddsFromBothSidesAndManyThreadsAreExact) {
   ChannelPair pairs;
   const std::string provider = GetParam();
+  if (provider == "shm") {
+    // Seen with libfabric 1.17: shm applies concurrent FI_SUM atomics wrongly (counts both above and below the
+    // exact sum, with or without FI_INJECT, with at most half its queue in flight). See docs/libfabric.md.
+    GTEST_SKIP() << "shm (libfabric 1.17) miscounts streams of fi_atomic FI_SUM; not a usable signal path here";
+  }
   constexpr int kThreads = 4;
   constexpr uint64_t kAddsPerThread = 3000;
   auto results = test::runRanks(

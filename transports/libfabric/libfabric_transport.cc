@@ -178,6 +178,10 @@ struct FabricState {
   std::mutex trackersMutex;
   std::vector<std::weak_ptr<Tracker>> trackers;
   std::atomic<bool> anyPending{false};
+  // Operations in flight on the endpoint, kept at most half the transmit queue: the provider then never answers
+  // -FI_EAGAIN (shm 1.17 applies some atomics twice when it does under load).
+  std::atomic<uint64_t> inFlight{0};
+  uint64_t maxInFlight = 256;
 
   // Serializes every data-path libfabric call (posts and CQ reads): shm 1.17 crashes reading its CQ while other
   // threads post atomics, even with FI_THREAD_SAFE. Taken after a tracker's mutex, never before.
@@ -358,6 +362,7 @@ void closeFid(fid_t fid) {
 /// Finishes one operation: takes it off its tracker and frees it. Records `error` as the tracker's first error.
 void complete(Op* op, const std::string* error) {
   std::shared_ptr<Tracker> t = std::move(op->tracker);
+  t->state->inFlight.fetch_sub(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(t->mutex);
     t->outstanding.erase(op->seq);
@@ -502,10 +507,11 @@ void drainLocked(Tracker* t) {
   FabricState* s = t->state;
   while (!t->queue.empty() && !t->closed && t->error.empty()) {
     const QueuedOp& q = t->queue.front();
-    if (!q.write && !t->writes.empty() && *t->writes.begin() < q.seq) break;  // an earlier write is in flight
+    if (!q.write && !t->writes.empty() && *t->writes.begin() < q.seq) break;   // an earlier write is in flight
+    if (s->inFlight.load(std::memory_order_relaxed) >= s->maxInFlight) break;  // progress posts it later
     Op* op = newOpLocked(t, q.seq, q.write);
     ssize_t rc = q.write ? postWrite(s, t, op, q) : postAtomic(s, t, op, q);
-    if (rc == -FI_EAGAIN) {  // queue full or connection being set up: progress retries it
+    if (rc == -FI_EAGAIN) {  // connection being set up, or the provider out of room: progress retries it
       dropOpLocked(t, op);
       break;
     }
@@ -515,6 +521,7 @@ void drainLocked(Tracker* t) {
                  t->peerName + " failed: " + fi_strerror(static_cast<int>(-rc));
       break;
     }
+    s->inFlight.fetch_add(1, std::memory_order_relaxed);
     t->queue.pop_front();
   }
   if (!t->error.empty()) t->queue.clear();
@@ -573,6 +580,7 @@ void openResources(FabricState* s, const fi_info* chosen) {
   s->deliveryComplete = (fi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
   s->opFlags = s->deliveryComplete ? FI_DELIVERY_COMPLETE : 0;
   s->injectSize = fi->tx_attr->inject_size;
+  s->maxInFlight = std::max<uint64_t>(1, fi->tx_attr->size / 2);
   if (fi->ep_attr->max_msg_size > 0) s->chunkBytes = std::min<uint64_t>(kMaxChunkBytes, fi->ep_attr->max_msg_size);
   if (s->mrMode & FI_MR_RAW) {
     throw Failure(weftNotSupported, "libfabric transport: provider " + s->provider +
