@@ -464,7 +464,7 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommFinalize)(ncclComm_t comm) {
 
 namespace {
 // Destroy and Abort: the handle dies now; the state dies when the last call still using it returns.
-ncclResult_t release(ncclComm_t comm, const char* fn, bool abort) {
+static ncclResult_t release(ncclComm_t comm, const char* fn, bool abort) {
   return guard(fn, [&] {
     if (comm == nullptr) return ncclSuccess;  // as NCCL: freeing NULL is a no-op
     ncclComm* h = liveHandle(comm, fn);
@@ -829,8 +829,8 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclScatter)(const void* sendbuff, vo
 }
 
 namespace {
-ncclResult_t pointToPoint(const char* fn, bool isSend, void* buffer, size_t count, ncclDataType_t datatype, int peer,
-                          ncclComm_t comm, WEFT_NCCL_STREAM stream) {
+static ncclResult_t pointToPoint(const char* fn, bool isSend, void* buffer, size_t count, ncclDataType_t datatype,
+                                 int peer, ncclComm_t comm, WEFT_NCCL_STREAM stream) {
   return guard(fn, [&] {
     std::shared_ptr<NcclCommState> s = acquire(comm, fn);
     check(peer >= 0 && peer < s->size, ErrorCode::kInvalidArgument,
@@ -868,7 +868,7 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclGroupStart)(void) {
 namespace {
 // Ends the outermost group: runs the queued inits (in parallel: each waits for its peers), then, unless
 // `simulateOnly`, the queued operations.
-ncclResult_t endGroup(const char* fn, bool simulateOnly) {
+static ncclResult_t endGroup(const char* fn, bool simulateOnly) {
   return guard(fn, [&] {
     NcclGroup& group = threadGroup();
     check(group.depth > 0, ErrorCode::kInvalidUsage, str(fn) + " without ncclGroupStart");
