@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -171,6 +172,27 @@ TEST(VirtualHostsTest, HostsHaveTheirOwnAddressesAndAreRemovedAfterwards) {
   for (const auto& n : names) EXPECT_EQ(list.output.find(n), std::string::npos) << list.output;
 }
 
+TEST(VirtualHostsTest, NamespacesOfDeadRunsAreRemovedOnStart) {
+  // A pid that surely has no process: a child that has exited and been reaped.
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  ASSERT_GT(dead, 0);
+  waitpid(dead, nullptr, 0);
+  const std::string stale = "weft-vh-" + std::to_string(dead) + "-0-h0";
+  const std::string live = "weft-vh-" + std::to_string(getpid()) + "-999-h0";  // this process's: kept
+  if (test::runCommand({"ip", "netns", "add", stale}).exitCode != 0) GTEST_SKIP() << "cannot make namespaces here";
+  ASSERT_EQ(test::runCommand({"ip", "netns", "add", live}).exitCode, 0);
+  {
+    test::VirtualHosts hosts(1);
+    WEFT_REQUIRE_VIRTUAL_HOSTS(hosts);
+  }
+  auto list = test::runCommand({"ip", "netns", "list"});
+  test::runCommand({"ip", "netns", "delete", live});
+  test::runCommand({"ip", "netns", "delete", stale});
+  EXPECT_EQ(list.output.find(stale), std::string::npos) << list.output;
+  EXPECT_NE(list.output.find(live), std::string::npos) << list.output;
+}
+
 TEST(VirtualHostsTest, BadCountIsUnavailableWithAReason) {
   test::VirtualHosts hosts(0);
   EXPECT_FALSE(hosts.available());
@@ -242,9 +264,9 @@ INSTANTIATE_TEST_SUITE_P(Hosts, MultiHostBootstrapTest, ::testing::Values(2, 3, 
 
 // 4 ranks on 2 hosts (ranks 0, 1 on host 0; 2, 3 on host 1), transports from the environment as a user sets them.
 TEST(MultiHostTransportTest, HostTransportInsideAHostLibfabricTcpAcross) {
+  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
   test::VirtualHosts hosts(2);
   WEFT_REQUIRE_VIRTUAL_HOSTS(hosts);
-  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
   const UniqueId id = idOnHost(hosts, 0);
   constexpr uint64_t kSlot = 64 * 1024;
   auto results = test::runRanksOnHosts(hosts, {0, 0, 1, 1}, [&](int rank, int size) {
@@ -388,9 +410,9 @@ bool oneGigabyte() {
 // Both ranks put to each other at once, size by size: put, signal, flush, then wait for the peer's signal and
 // verify every word (each size's data differs from the previous one's, so stale bytes are caught).
 TEST(MultiHostPortChannelTest, PutSignalFlushWaitVerifiedFrom1KBUpAcrossHosts) {
+  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
   test::VirtualHosts hosts(2);
   WEFT_REQUIRE_VIRTUAL_HOSTS(hosts);
-  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
   const uint64_t maxBytes = oneGigabyte() ? (uint64_t{1} << 30) : (uint64_t{256} << 20);
   const UniqueId id = idOnHost(hosts, 0);
   auto results = test::runRanksOnHosts(
@@ -427,9 +449,9 @@ TEST(MultiHostPortChannelTest, PutSignalFlushWaitVerifiedFrom1KBUpAcrossHosts) {
 // has seen 20 signals the parent takes host 1's link down: rank 0's flush and rank 1's wait must each fail within
 // their 2 s budget of the cut, and both ranks must end (teardown over the dead link included).
 TEST(MultiHostLinkCutTest, PortChannelTrafficFailsOnBothSidesWithinTheBudget) {
+  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
   test::VirtualHosts hosts(2);
   WEFT_REQUIRE_VIRTUAL_HOSTS(hosts);
-  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
   constexpr uint64_t kBudgetNs = 2000 * kMs;
   constexpr uint64_t kFlushMs = 1500;
   constexpr uint64_t kBytes = 1 << 20;

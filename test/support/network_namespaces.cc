@@ -158,7 +158,12 @@ void VirtualHosts::build(int count) {
   removeStaleNamespaces();
   hub_ = prefix_ + "-hub";
   // The hub first: whether it can be made is the test of whether namespaces are allowed here at all.
-  ip({"netns", "add", hub_});
+  try {
+    ip({"netns", "add", hub_});
+  } catch (const Error& e) {
+    hub_.clear();
+    throw Error(ErrorCode::kNotSupported, "network namespaces cannot be made here: " + e.message());
+  }
   ip({"-n", hub_, "link", "set", "lo", "up"});
   ip({"-n", hub_, "link", "add", kBridge, "type", "bridge"});
   ip({"-n", hub_, "link", "set", kBridge, "up"});
