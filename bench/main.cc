@@ -8,6 +8,7 @@
 #include <weft/error.hpp>
 
 #include "bench_options.hpp"
+#include "collectives_bench.hpp"
 #include "fifo_bench.hpp"
 #include "gpu_primitives_bench.hpp"
 #include "memory_channel_bench.hpp"
@@ -104,9 +105,13 @@ int main(int argc, char** argv) {
     sub->add_option("--json", options.jsonPath, "append one JSON line per row to this file (- for stdout)");
     sub->add_flag("!--no-check", options.check, "skip verifying the data that arrived");
   }
+  weft::bench::CollectivesOptions collectivesOptions;
+  auto* collectives = weft::bench::addCollectivesCommand(app, collectivesOptions);
   CLI11_PARSE(app, argc, argv);
   try {
     std::unique_ptr<weft::TcpBootstrap> boot = weft::TcpBootstrap::fromEnvironment();
+    // Collectives run on any rank count, one included (as nccl-tests does).
+    if (collectives->parsed()) return weft::bench::runCollectivesBench(*boot, collectivesOptions);
     if (boot->size() < 2) {
       std::fprintf(stderr, "weft-bench: needs at least 2 ranks, e.g. weft-run -n 2 -- weft-bench primitives\n");
       return 2;
