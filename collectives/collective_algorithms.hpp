@@ -12,6 +12,9 @@
 // signals every peer's semaphore and waits for every peer's signal (release/acquire at system scope), then a
 // second grid barrier releases the other blocks. A grid barrier needs every block resident at once, which the
 // launcher guarantees by launching few blocks (kGpuBlocks).
+//
+// Small allreduces take the one-shot LL16 path instead (allReduceOneShot): no scratch, no rank sync, no grid
+// barrier; the data carries its own flags.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include <weft/device.hpp>
 #include <weft/device_error.hpp>
 #include <weft/memory_semaphore_device.hpp>
+#include <weft/packet_device.hpp>
 #include <weft/platform.hpp>
 #include <weft/reduce_device.hpp>
 
@@ -199,9 +203,13 @@ WEFT_HOST_DEVICE_INLINE void reduceFromScratch(const TeamT& team, const Collecti
 
 // ---- the collectives --------------------------------------------------------------------------------------------
 
-/// allReduce: per piece, stage into the "in" half of scratch; sync; rank r reduces its share (1/n of the piece)
-/// from every rank's "in" half into its "out" half and recv; sync; every rank copies every other share from its
-/// owner's "out" half into recv; sync.
+/// allReduce (scatter-gather): per piece, stage every share but this rank's own into the "in" half of scratch;
+/// sync; rank r reduces its share (1/n of the piece) from every peer's "in" half and its own send buffer into its
+/// "out" half and recv; sync; every rank copies every other share from its owner's "out" half into recv. The next
+/// piece needs no sync in between: its staging writes the "in" half, which peers finished reading before the
+/// second sync, and its reduction writes the "out" half only after its first sync, which no peer reaches before it
+/// has copied out of this rank's "out" half. One sync after the last piece makes the scratch free for the next
+/// operation.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceSteps(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
@@ -211,14 +219,25 @@ WEFT_HOST_DEVICE void allReduceSteps(const TeamT& team, const CollectiveArgs& a)
   auto* recv = reinterpret_cast<T*>(a.recv);
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   uint8_t* mine = ctx.peers[ctx.rank].scratch;
+  const uint64_t stride = team.flatCount();
   for (uint64_t start = 0; start < a.count; start += pieceMax) {
     const uint64_t c = minU64(pieceMax, a.count - start);
-    copyCooperative(mine, send + start, c * sizeof(T), team.flatId(), team.flatCount());
-    rankSyncAll(team, ctx, a.kind);
     const uint64_t lo = c * static_cast<uint64_t>(ctx.rank) / n;
     const uint64_t hi = c * static_cast<uint64_t>(ctx.rank + 1) / n;
-    reduceFromScratch<T>(team, ctx, a.op, lo * sizeof(T), hi - lo, reinterpret_cast<T*>(mine + half) + lo,
-                         recv + start + lo);
+    // Peers never read this rank's own share from scratch: it is reduced straight from send.
+    copyCooperative(mine, send + start, lo * sizeof(T), team.flatId(), team.flatCount());
+    copyCooperative(mine + hi * sizeof(T), send + start + hi, (c - hi) * sizeof(T), team.flatId(), team.flatCount());
+    rankSyncAll(team, ctx, a.kind);
+    T* out = reinterpret_cast<T*>(mine + half);
+    for (uint64_t i = team.flatId(); i < hi - lo; i += stride) {
+      const uint64_t e = lo + i;
+      // Element e of send is read before recv's element e is written, by the same worker: in-place is safe.
+      const T v = reduceOrdered<T>(a.op, ctx.size, [&](int p) {
+        return p == ctx.rank ? send[start + e] : reinterpret_cast<const T*>(ctx.peers[p].scratch)[e];
+      });
+      out[e] = v;
+      recv[start + e] = v;
+    }
     rankSyncAll(team, ctx, a.kind);
     for (int32_t p = 0; p < ctx.size; ++p) {
       if (p == ctx.rank) continue;
@@ -227,7 +246,150 @@ WEFT_HOST_DEVICE void allReduceSteps(const TeamT& team, const CollectiveArgs& a)
       copyCooperative(recv + start + plo, ctx.peers[p].scratch + half + plo * sizeof(T), (phi - plo) * sizeof(T),
                       team.flatId(), team.flatCount());
     }
-    rankSyncAll(team, ctx, a.kind);
+  }
+  rankSyncAll(team, ctx, a.kind);
+}
+
+// ---- one-shot LL16 allreduce ------------------------------------------------------------------------------------
+
+/// Most ranks the one-shot path serves (its kernel arguments carry one packet-buffer pointer per rank).
+inline constexpr int32_t kOneShotMaxRanks = 32;
+/// Packets one worker handles per round of the one-shot loops: their loads are issued together, so a worker waits
+/// for one memory latency per round rather than one per packet.
+inline constexpr uint32_t kOneShotUnroll = 4;
+
+/// The one-shot path's epoch, in device memory (host memory for host teams), so that a replayed CUDA graph takes a
+/// fresh epoch each time. `counter` counts finished one-shot launches: launch k uses parity k & 1 of the packet
+/// buffers and flag (k >> 1) + 1 (never 0, which fresh zeroed memory holds; never the flag the same parity held
+/// the launch before). `done` counts the blocks of the running launch that have read the counter; the last one
+/// resets it and advances the counter.
+struct OneShotState {
+  uint64_t counter;
+  uint32_t done;
+  uint32_t reserved;
+};
+
+/// Arguments of one one-shot launch (kept small: they travel as kernel arguments on the latency-critical path).
+/// Packet buffer layout, on every rank: [parity 0..1][source rank 0..n-1][slotBytes], source `rank`'s slot
+/// unused (a rank reads its own input from send).
+struct OneShotArgs {
+  CollectiveContext ctx;  ///< rank, size, budget and error record (peers, barrier and scratch are not used)
+  OneShotState* state;
+  uint64_t slotBytes;  ///< bytes of one (parity, source) slot: room for the packets of one launch
+  ReduceOp op;
+  int32_t kind;
+  uint64_t count;  ///< elements of this launch
+  const uint8_t* send;
+  uint8_t* recv;
+  uint8_t* packets[kOneShotMaxRanks];  ///< every rank's packet buffer, mapped ([rank]: this rank's own)
+};
+static_assert(std::is_trivially_copyable_v<OneShotArgs>);
+
+/// Element `e` of a packet payload viewed as an array of T.
+template <class T>
+WEFT_HOST_DEVICE_INLINE T payloadElement(uint64_t payload, uint32_t e) {
+  T v;
+  memcpy(&v, reinterpret_cast<const uint8_t*>(&payload) + e * sizeof(T), sizeof(T));
+  return v;
+}
+
+/// One-shot allreduce of a.count elements (at most slotBytes / 2 bytes). Every worker, for its packets j
+/// (j = flatId, flatId + flatCount, ...): loads 8 bytes of send, stores them as an LL16 packet under this launch's
+/// flag into slot (parity, rank) of every peer's packet buffer; then, for the same j, reduces in rank order
+/// 0..n-1 (its own bytes from send, peer p's from slot (parity, p) of its own buffer, waiting for each flag
+/// within the budget; a timeout names the peer) exactly as reduceOrdered does, and writes recv. The same worker
+/// reads and writes the bytes of packet j, so send == recv is safe.
+///
+/// Why two parities are enough: a rank starts launch k + 2, which overwrites parity k & 1 in its peers, only after
+/// its launch k + 1 read every peer's packets of launch k + 1; a peer writes those only in its launch k + 1,
+/// which starts after its launch k (the reader of parity k & 1) has finished.
+template <class T, class TeamT>
+WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) {
+  using Traits = ReduceTraits<T>;
+  using Acc = typename Traits::Acc;
+  constexpr uint32_t kPer = LL16Packet::kPayloadBytes / sizeof(T);  // elements per packet
+  static_assert(kPer >= 1 && LL16Packet::kPayloadBytes % sizeof(T) == 0);
+  const CollectiveContext& ctx = a.ctx;
+  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed>(&a.state->counter);
+  const uint64_t parity = counter & 1u;
+  const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
+  const uint64_t bytes = a.count * sizeof(T);
+  const uint64_t packets = packetCount<LL16Packet>(bytes);
+  const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  const uint64_t stride = team.flatCount();
+  const uint64_t round = stride * kOneShotUnroll;
+
+  // Puts: this rank's packets into slot (parity, rank) of every peer.
+  for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
+    uint64_t payload[kOneShotUnroll];
+    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      const uint64_t j = j0 + u * stride;
+      payload[u] = j < packets ? detail::loadPayload<LL16Packet>(a.send + j * 8, bytes - j * 8) : 0;
+    }
+    for (uint64_t p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      auto* dst = reinterpret_cast<LL16Packet*>(a.packets[p] + (parity * n + rank) * a.slotBytes);
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
+      }
+    }
+  }
+
+  // Reduction in rank order.
+  for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
+    Acc acc[kOneShotUnroll][kPer];
+    for (uint64_t p = 0; p < n; ++p) {
+      uint64_t payload[kOneShotUnroll];
+      if (p == rank) {
+        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+          const uint64_t j = j0 + u * stride;
+          payload[u] = j < packets ? detail::loadPayload<LL16Packet>(a.send + j * 8, bytes - j * 8) : 0;
+        }
+      } else {
+        const auto* src = reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes);
+        bool ready[kOneShotUnroll];
+        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+          const uint64_t j = j0 + u * stride;
+          uint32_t seen = 0;
+          payload[u] = 0;
+          ready[u] = j >= packets || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
+        }
+        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+          if (!ready[u]) {
+            payload[u] = readPacket(src + j0 + u * stride, flag, ctx.budgetNs,
+                                    WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
+          }
+        }
+      }
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        for (uint32_t e = 0; e < kPer; ++e) {
+          const Acc v = Traits::load(payloadElement<T>(payload[u], e));
+          acc[u][e] = p == 0 ? v : reduceCombine(a.op, acc[u][e], v);
+        }
+      }
+    }
+    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      const uint64_t j = j0 + u * stride;
+      if (j >= packets) break;
+      uint64_t out = 0;
+      for (uint32_t e = 0; e < kPer; ++e) {
+        const T v = Traits::store(canonicalNan(reduceFinish(a.op, acc[u][e], ctx.size)));
+        memcpy(reinterpret_cast<uint8_t*>(&out) + e * sizeof(T), &v, sizeof(T));
+      }
+      detail::storePayload<LL16Packet>(a.recv + j * 8, out, bytes - j * 8);
+    }
+  }
+
+  // Epoch: every worker read the counter above; the last block to get here advances it for the next launch.
+  team.blockSync();
+  if (team.threadId == 0) {
+    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel>(&a.state->done, 1u);
+    if (before == team.numBlocks - 1) {
+      atomicStore<MemoryOrder::kRelaxed>(&a.state->done, 0u);
+      atomicStore<MemoryOrder::kRelease>(&a.state->counter, counter + 1);
+    }
   }
 }
 

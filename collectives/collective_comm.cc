@@ -1,12 +1,15 @@
 // CollectiveComm: sets up scratch memory, semaphores and mapped peer scratch on every rank, checks each call's
 // arguments and hands the operation to the kernel (or host thread team) of collective_kernels.cu.
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 #include <weft/collectives.hpp>
 #include <weft/device_error.hpp>
 #include <weft/error.hpp>
 #include <weft/memory_semaphore.hpp>
+#include <weft/packet_device.hpp>
+#include <weft/params.hpp>
 #include <weft/reduce_device.hpp>
 #include <weft/shared_host_memory.hpp>
 
@@ -76,6 +79,15 @@ const char* collectiveKindName(CollectiveKind kind) {
   return "unknown";
 }
 
+const char* allReduceAlgorithmName(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kAuto: return "auto";
+    case AllReduceAlgorithm::kOneShotLL: return "oneshot_ll";
+    case AllReduceAlgorithm::kScatterGather: return "scatter_gather";
+  }
+  return "unknown";
+}
+
 namespace detail {
 
 namespace {
@@ -83,6 +95,7 @@ namespace {
 constexpr int kScratchTag = 0x57430001;
 constexpr int kConnectTag = 0x57430002;
 constexpr int kSemaphoreTag = 0x57430003;
+constexpr int kPacketTag = 0x57430004;
 
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
 constexpr MemoryKind kScratchKind = MemoryKind::kGpu;
@@ -99,6 +112,24 @@ uint64_t checkedMul(uint64_t a, uint64_t b, const char* what) {
     throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": element count overflows 64-bit byte sizes");
   }
   return a * b;
+}
+
+// The algorithm the options ask for: an explicit one as given, kAuto as WEFT_ALLREDUCE_ALGO says (kAuto when unset).
+AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
+  const int32_t v = static_cast<int32_t>(requested);
+  if (v < 0 || v > static_cast<int32_t>(AllReduceAlgorithm::kScatterGather)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "CollectiveComm: allReduceAlgorithm " + std::to_string(v) + " is not an AllReduceAlgorithm");
+  }
+  if (requested != AllReduceAlgorithm::kAuto) return requested;
+  const std::optional<std::string> env = paramString("WEFT_ALLREDUCE_ALGO");
+  if (!env) return AllReduceAlgorithm::kAuto;
+  for (AllReduceAlgorithm a :
+       {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather}) {
+    if (*env == allReduceAlgorithmName(a)) return a;
+  }
+  throw Error(ErrorCode::kConfigError,
+              "WEFT_ALLREDUCE_ALGO='" + *env + "': not one of auto, oneshot_ll, scatter_gather");
 }
 
 }  // namespace
@@ -120,11 +151,22 @@ class CollectiveCommImpl {
       throw Error(ErrorCode::kInvalidArgument,
                   "CollectiveComm: hostThreads " + std::to_string(options_.hostThreads) + " outside [1, 64]");
     }
+    if (options_.oneShotMaxBytes > (uint64_t{1} << 32)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CollectiveComm: oneShotMaxBytes " + std::to_string(options_.oneShotMaxBytes) + " above 2^32");
+    }
+    // Read before any communication, so that a bad value fails on every rank alike instead of leaving peers waiting.
+    algorithm_ = resolveAlgorithm(options_.allReduceAlgorithm);
     budgetNs_ = options_.budgetNs != 0 ? options_.budgetNs : defaultWaitBudgetNs();
+    if (options_.oneShotMaxBytes != 0 && size_ <= kOneShotMaxRanks) {
+      const uint64_t perLaunch = options_.oneShotMaxBytes / static_cast<uint64_t>(size_ > 1 ? size_ - 1 : 1) / 16 * 16;
+      oneShotLimitBytes_ = perLaunch < 16 ? 16 : perLaunch;
+    }
     allocate();
     connectPeers();
-    logInfo(LogSubsys::kColl, "collectives: rank {} of {} ready, {} bytes of scratch per rank", rank_, size_,
-            options_.scratchBytes);
+    logInfo(LogSubsys::kColl,
+            "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, one-shot LL up to {} bytes",
+            rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), oneShotLimitBytes_);
   }
 
   ~CollectiveCommImpl() {
@@ -134,6 +176,7 @@ class CollectiveCommImpl {
     (void)hipDeviceSynchronize();
     if (peersDevice_ != nullptr) (void)hipFree(peersDevice_);
     if (barrierDevice_ != nullptr) (void)hipFree(barrierDevice_);
+    if (oneShotDevice_ != nullptr) (void)hipFree(oneShotDevice_);
 #endif
   }
 
@@ -166,9 +209,23 @@ class CollectiveCommImpl {
     checkBuffers(what, send, recv, count);
     checkedMul(count, dataTypeBytes(type), what);
     if (count == 0) return;
+    if (allReduceAlgorithmFor(count, type) == AllReduceAlgorithm::kOneShotLL) {
+      allReduceOneShot(send, recv, count, type, op, stream);
+      return;
+    }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
     fill(a, send, recv, count, op, 0);
     run(a, type, stream);
+  }
+
+  AllReduceAlgorithm allReduceAlgorithmFor(uint64_t count, DataType type) const {
+    if (oneShotLimitBytes_ == 0) return AllReduceAlgorithm::kScatterGather;
+    if (algorithm_ != AllReduceAlgorithm::kAuto) return algorithm_;
+    const uint64_t es = dataTypeBytes(type);
+    // One launch, and no larger than the limit: a bigger message moves 2(n-1) times its size in packets per rank,
+    // where the staged path's fixed cost (three rank syncs) no longer dominates.
+    return es != 0 && count <= oneShotLimitBytes_ / es ? AllReduceAlgorithm::kOneShotLL
+                                                       : AllReduceAlgorithm::kScatterGather;
   }
 
   void allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream) {
@@ -314,6 +371,77 @@ class CollectiveCommImpl {
   }
 
  private:
+  // One-shot launches of at most oneShotLimitBytes_ each (one for every message kAuto sends this way).
+  void allReduceOneShot(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, hipStream_t stream) {
+    const uint64_t es = dataTypeBytes(type);
+    const uint64_t chunk = oneShotLimitBytes_ / es;
+    OneShotArgs a{};
+    a.ctx = context_;
+    a.state = oneShotState_;
+    a.slotBytes = oneShotSlotBytes_;
+    a.op = op;
+    a.kind = static_cast<int32_t>(CollectiveKind::kAllReduce);
+    for (int p = 0; p < size_; ++p) a.packets[p] = packetPeers_[static_cast<size_t>(p)];
+    for (uint64_t start = 0; start < count; start += chunk) {
+      a.count = count - start < chunk ? count - start : chunk;
+      a.send = static_cast<const uint8_t*>(send) + start * es;
+      a.recv = static_cast<uint8_t*>(recv) + start * es;
+      checkError();
+      hipError_t e = hipSuccess;
+      try {
+        e = launchAllReduceOneShot(a, type, options_.hostThreads, stream);
+      } catch (const Error& error) {
+        throw Error(error.code(), std::string("allreduce: ") + error.message());
+      }
+      if (e != hipSuccess) {
+        checkError();
+        throw Error(ErrorCode::kGpuError, std::string("allreduce: kernel launch failed: ") + hipGetErrorString(e));
+      }
+    }
+  }
+
+  // The packet buffers of the one-shot path: 2 parities x size_ source slots of oneShotSlotBytes_ each, zeroed (no
+  // flag is 0), registered and mapped by every peer; and the epoch state.
+  void allocatePackets() {
+    if (oneShotLimitBytes_ == 0) return;
+    oneShotSlotBytes_ =
+        (packetBufferBytes<LL16Packet>(oneShotLimitBytes_) + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+    const uint64_t bytes = 2 * static_cast<uint64_t>(size_) * oneShotSlotBytes_;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    void* p = nullptr;
+    checkGpu(hipMalloc(&p, bytes), "hipMalloc of the one-shot packet buffer");
+    packets_ = std::shared_ptr<void>(p, [](void* q) { (void)hipFree(q); });
+    checkGpu(hipMemset(p, 0, bytes), "hipMemset of the one-shot packet buffer");
+    checkGpu(hipMalloc(&oneShotDevice_, sizeof(OneShotState)), "hipMalloc of the one-shot epoch");
+    checkGpu(hipMemset(oneShotDevice_, 0, sizeof(OneShotState)), "hipMemset of the one-shot epoch");
+    oneShotState_ = oneShotDevice_;
+#else
+    packets_ = allocSharedHostMemory(bytes);  // memfd memory: zero-filled
+    oneShotState_ = &oneShotHost_;
+#endif
+    localPackets_ = comm_->registerMemory(packets_.get(), bytes, kScratchKind);
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) comm_->sendMemory(localPackets_, p, kPacketTag);
+    }
+    packetPeers_.assign(static_cast<size_t>(size_), nullptr);
+    remotePackets_.resize(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) {
+        packetPeers_[static_cast<size_t>(p)] = static_cast<uint8_t*>(packets_.get());
+        continue;
+      }
+      RegisteredMemory remote = comm_->recvMemory(p, kPacketTag);
+      if (remote.data() == nullptr || remote.size() < bytes) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "CollectiveComm: rank " + std::to_string(p) + "'s one-shot packet buffer is unmapped or " +
+                        std::to_string(remote.size()) + " bytes, this rank's is " + std::to_string(bytes) +
+                        " (oneShotMaxBytes must match on every rank)");
+      }
+      packetPeers_[static_cast<size_t>(p)] = static_cast<uint8_t*>(remote.data());
+      remotePackets_[static_cast<size_t>(p)] = std::move(remote);
+    }
+  }
+
   void allocate() {
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
     void* p = nullptr;
@@ -377,7 +505,8 @@ class CollectiveCommImpl {
     context_.record = errors_.deviceRecord();
     context_.rank = rank_;
     context_.size = size_;
-    // Every rank's scratch and semaphores exist before any rank's first operation signals into them.
+    allocatePackets();
+    // Every rank's scratch, packet buffers and semaphores exist before any rank's first operation signals into them.
     comm_->bootstrap().barrier();
   }
 
@@ -458,12 +587,22 @@ class CollectiveCommImpl {
   std::vector<RegisteredMemory> remoteScratch_;
   std::vector<std::shared_ptr<MemoryDevice2DeviceSemaphore>> semaphores_;
   CollectiveContext context_{};
+  AllReduceAlgorithm algorithm_ = AllReduceAlgorithm::kAuto;
+  uint64_t oneShotLimitBytes_ = 0;  // bytes per one-shot launch; 0: no one-shot path
+  uint64_t oneShotSlotBytes_ = 0;
+  std::shared_ptr<void> packets_;
+  RegisteredMemory localPackets_;
+  std::vector<RegisteredMemory> remotePackets_;
+  std::vector<uint8_t*> packetPeers_;
+  OneShotState* oneShotState_ = nullptr;
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
   PeerSlot* peersDevice_ = nullptr;
   GridBarrierState* barrierDevice_ = nullptr;
+  OneShotState* oneShotDevice_ = nullptr;
 #else
   std::vector<PeerSlot> peersHost_;
   GridBarrierState barrierHost_{};
+  OneShotState oneShotHost_{};
 #endif
 };
 
@@ -509,6 +648,9 @@ void CollectiveComm::allToAllV(const void* send, const uint64_t* sendCounts, con
   impl_->allToAllV(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, type, stream);
 }
 void CollectiveComm::sendRecv(std::span<const PointToPoint> ops, hipStream_t stream) { impl_->sendRecv(ops, stream); }
+AllReduceAlgorithm CollectiveComm::allReduceAlgorithmFor(uint64_t count, DataType type) const {
+  return impl_->allReduceAlgorithmFor(count, type);
+}
 void CollectiveComm::checkError() const { impl_->checkError(); }
 
 }  // namespace weft

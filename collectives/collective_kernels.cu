@@ -58,6 +58,11 @@ WEFT_GLOBAL void __launch_bounds__(kGpuThreads) reducingKernel(CollectiveArgs ar
   runReducing<T>(gpuTeam(), args);
 }
 
+template <class T>
+WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotKernel(OneShotArgs args) {
+  allReduceOneShot<T>(gpuTeam(), args);
+}
+
 WEFT_GLOBAL void __launch_bounds__(kGpuThreads) movingKernel(CollectiveArgs args, uint64_t elementBytes) {
   runMoving(gpuTeam(), args, elementBytes);
 }
@@ -68,6 +73,31 @@ WEFT_GLOBAL void __launch_bounds__(kGpuThreads) movingKernel(CollectiveArgs args
 struct HostBlockSync {
   void operator()() const {}
 };
+
+/// Runs body(team) in `workers` threads (the calling one among them), each a block of one thread, and rethrows
+/// the first failure; a failing worker sets `abort` so that workers waiting in a grid barrier stop.
+template <class Body>
+void runHostTeam(uint32_t workers, uint32_t* abort, Body&& body) {
+  std::mutex mutex;
+  std::exception_ptr failure;
+  auto work = [&](uint32_t id) {
+    try {
+      body(Team<HostBlockSync>{id, workers, 0, 1, HostBlockSync{}});
+    } catch (const TeamAborted&) {
+      // Another worker failed first and set the abort flag; it reports.
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!failure) failure = std::current_exception();
+      if (abort != nullptr) atomicStore<MemoryOrder::kRelease>(abort, 1u);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(workers - 1);
+  for (uint32_t id = 1; id < workers; ++id) threads.emplace_back(work, id);
+  work(0);
+  for (auto& t : threads) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
 
 #endif
 
@@ -88,30 +118,36 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 #else
   (void)stream;
   const uint32_t workers = hostThreads == 0 ? 1 : hostThreads;
-  std::mutex mutex;
-  std::exception_ptr failure;
-  auto work = [&](uint32_t id) {
-    try {
-      const Team<HostBlockSync> team{id, workers, 0, 1, HostBlockSync{}};
-      if (isReducing(args.kind)) {
-        withElementType(type, [&](auto element) { runReducing<decltype(element)>(team, args); });
-      } else {
-        runMoving(team, args, dataTypeBytes(type));
-      }
-    } catch (const TeamAborted&) {
-      // Another worker failed first and set the abort flag; it reports.
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex);
-      if (!failure) failure = std::current_exception();
-      atomicStore<MemoryOrder::kRelease>(&args.ctx.barrier->abort, 1u);
+  runHostTeam(workers, &args.ctx.barrier->abort, [&](const Team<HostBlockSync>& team) {
+    if (isReducing(args.kind)) {
+      withElementType(type, [&](auto element) { runReducing<decltype(element)>(team, args); });
+    } else {
+      runMoving(team, args, dataTypeBytes(type));
     }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(workers - 1);
-  for (uint32_t id = 1; id < workers; ++id) threads.emplace_back(work, id);
-  work(0);
-  for (auto& t : threads) t.join();
-  if (failure) std::rethrow_exception(failure);
+  });
+  return hipSuccess;
+#endif
+}
+
+hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t hostThreads, hipStream_t stream) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+  (void)hostThreads;
+  const uint64_t packets = packetCount<LL16Packet>(args.count * dataTypeBytes(type));
+  const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
+  uint64_t blocks = (packets + perBlock - 1) / perBlock;
+  blocks = blocks == 0 ? 1 : (blocks > kOneShotMaxBlocks ? kOneShotMaxBlocks : blocks);
+  withElementType(type, [&](auto element) {
+    using T = decltype(element);
+    oneShotKernel<T><<<static_cast<uint32_t>(blocks), kOneShotThreads, 0, stream>>>(args);
+  });
+  return hipGetLastError();
+#else
+  (void)stream;
+  // The one-shot path never waits in a grid barrier, so no abort flag: a worker whose packet wait runs out
+  // throws, and the others run out of their own budgets at about the same time.
+  runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr, [&](const Team<HostBlockSync>& team) {
+    withElementType(type, [&](auto element) { allReduceOneShot<decltype(element)>(team, args); });
+  });
   return hipSuccess;
 #endif
 }

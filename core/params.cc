@@ -73,6 +73,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_NCCL_FORCE_FALLBACK", "list", "",
      "Comma-separated operations libweft_nccl.so always sends to the fallback library (allreduce, allgather, "
      "reducescatter, broadcast, reduce, alltoall, gather, scatter, sendrecv, all). Overrides [nccl] force_fallback."},
+    {"WEFT_ALLREDUCE_ALGO", "string", "auto",
+     "Algorithm of CollectiveComm::allReduce when the code leaves CollectiveOptions::allReduceAlgorithm at auto: "
+     "auto (one-shot LL16 for small messages, scatter-gather above), oneshot_ll or scatter_gather. Must be the same on "
+     "every rank."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},

@@ -62,6 +62,20 @@ struct CollectiveSupport {
   std::string reason;  ///< empty when native
 };
 
+/// How allReduce moves data.
+enum class AllReduceAlgorithm : int32_t {
+  /// Chosen by message size and rank count (see CollectiveOptions::oneShotMaxBytes).
+  kAuto,
+  /// One-shot LL16: every rank writes its whole input as LL16 packets into every peer's packet buffer and reduces
+  /// what it receives, with no rank-wide synchronisation. Messages larger than the per-launch limit go in several
+  /// launches of the same algorithm.
+  kOneShotLL,
+  /// Staged reduce-scatter + all-gather through scratch, with rank-wide semaphore synchronisation per piece.
+  kScatterGather,
+};
+/// "auto", "oneshot_ll" or "scatter_gather" ("unknown" outside the enum); the spellings WEFT_ALLREDUCE_ALGO takes.
+const char* allReduceAlgorithmName(AllReduceAlgorithm algorithm);
+
 /// How a CollectiveComm is set up.
 struct CollectiveOptions {
   /// Registered staging memory per rank, in bytes; larger operations are done in pieces of this size.
@@ -71,6 +85,15 @@ struct CollectiveOptions {
   /// Builds without a GPU: threads per rank that run each operation (the calling thread among them), 1..64.
   /// Ignored on GPU builds.
   uint32_t hostThreads = 4;
+  /// allReduce's algorithm. kAuto lets the environment variable WEFT_ALLREDUCE_ALGO (auto, oneshot_ll,
+  /// scatter_gather) choose; any other value is used as given and the variable is ignored. Every rank must end up
+  /// with the same setting.
+  AllReduceAlgorithm allReduceAlgorithm = AllReduceAlgorithm::kAuto;
+  /// Sizes the one-shot LL path: among n ranks one launch carries up to oneShotMaxBytes / (n - 1) bytes (rounded
+  /// down to 16, at least 16), which is also the largest message kAuto sends that way. Each rank holds
+  /// 2 * n * 2 * that many bytes of packet buffer. 0 disables the one-shot path (kOneShotLL then falls back to
+  /// kScatterGather). Every rank must pass the same value.
+  uint64_t oneShotMaxBytes = 1ull << 20;
 };
 
 /// One point-to-point operation of a group (ncclGroupStart ... ncclGroupEnd).
@@ -131,6 +154,10 @@ class CollectiveComm {
   /// Runs a group of sends and receives together (no ordering deadlock between them): each send must match a
   /// receive of the same count and type posted on its peer's group, in the same order per pair.
   void sendRecv(std::span<const PointToPoint> ops, hipStream_t stream);
+
+  /// The algorithm allReduce uses for `count` elements of `type` (never kAuto): the selection every rank makes
+  /// alike from the options, WEFT_ALLREDUCE_ALGO, the rank count and the message size.
+  AllReduceAlgorithm allReduceAlgorithmFor(uint64_t count, DataType type) const;
 
   /// Throws the error a finished or failed operation left (a device timeout record, a failed launch), if any.
   void checkError() const;

@@ -2,8 +2,11 @@
 // every collective on every type (every op where one reduces), counts 0, 1, odd, and larger than the scratch
 // (a small scratchBytes forces many pieces), in-place and out-of-place, outputs poisoned first, fresh random
 // inputs per run, every result compared bit for bit with a CPU reference computed here from every rank's input.
+// allreduce also runs with each algorithm forced (one-shot LL16, scatter-gather) and with the automatic choice,
+// at and around the one-shot size limit, and many times back to back (the LL epochs and buffer parities).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -368,29 +371,170 @@ TEST(CollectivesMpTest, SendRecvGroupsFourRanks) {
 }
 
 // A rank that never joins the operation: the other's wait runs out of its budget and names the rank, the peer
-// and the operation; within a few budgets, not a hang.
+// and the operation; within a few budgets, not a hang. Both allreduce algorithms (a packet wait, a semaphore wait).
 TEST(CollectivesMpTest, PeerThatNeverJoinsTimesOut) {
-  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-  auto results = test::runRanks(2, [&](int rank, int n) {
-    CollectiveOptions o = smallScratch();
-    o.budgetNs = 300 * kMs;
-    Rank r(rank, n, id, o);
-    if (rank == 0) {
-      std::vector<float> data(100, 1.0f);
-      const auto start = std::chrono::steady_clock::now();
-      try {
-        r.coll->allReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum, nullptr);
-        ADD_FAILURE() << "allreduce returned without its peer";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::kTimeout);
-        const std::string text = e.what();
-        EXPECT_NE(text.find("allreduce"), std::string::npos) << text;
-        EXPECT_NE(text.find("rank 0"), std::string::npos) << text;
-        EXPECT_NE(text.find("peer 1"), std::string::npos) << text;
+  for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather}) {
+    SCOPED_TRACE(allReduceAlgorithmName(algorithm));
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    auto results = test::runRanks(2, [&](int rank, int n) {
+      CollectiveOptions o = smallScratch();
+      o.budgetNs = 300 * kMs;
+      o.allReduceAlgorithm = algorithm;
+      Rank r(rank, n, id, o);
+      if (rank == 0) {
+        std::vector<float> data(100, 1.0f);
+        EXPECT_EQ(r.coll->allReduceAlgorithmFor(data.size(), DataType::kFloat32), algorithm);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          r.coll->allReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum, nullptr);
+          ADD_FAILURE() << "allreduce returned without its peer";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+          const std::string text = e.what();
+          EXPECT_NE(text.find("allreduce"), std::string::npos) << text;
+          EXPECT_NE(text.find("rank 0"), std::string::npos) << text;
+          EXPECT_NE(text.find("peer 1"), std::string::npos) << text;
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
       }
-      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+      r.comm->bootstrap().barrier();
+    });
+    WEFT_EXPECT_RANKS_OK(results);
+  }
+}
+
+// The one-shot limit per launch for n ranks with oneShotMaxBytes `max` (as CollectiveOptions documents it).
+uint64_t oneShotLimit(uint64_t max, int n) {
+  const uint64_t perLaunch = max / static_cast<uint64_t>(n > 1 ? n - 1 : 1) / 16 * 16;
+  return perLaunch < 16 ? 16 : perLaunch;
+}
+
+// allreduce with `algorithm` (kAuto: the size decides) on every type and op, counts 0, 1, 2, 3, 7, odd, at and
+// around the one-shot limit, several times the limit (forced one-shot: several launches) and many scratch pieces;
+// in-place and out-of-place; and the selection each count gets.
+void allReduceWith(int size, AllReduceAlgorithm algorithm) {
+  SCOPED_TRACE(allReduceAlgorithmName(algorithm));
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  constexpr uint64_t kMax = 4096;
+  auto results = test::runRanks(
+      size,
+      [&](int rank, int n) {
+        CollectiveOptions o = smallScratch();
+        o.allReduceAlgorithm = algorithm;
+        o.oneShotMaxBytes = kMax;
+        Rank r(rank, n, id, o);
+        const uint64_t limit = oneShotLimit(kMax, n);
+        int caseId = 0;
+        for (int t = 0; t < kDataTypeCount && !::testing::Test::HasFailure(); ++t) {
+          const auto type = static_cast<DataType>(t);
+          const uint64_t es = dataTypeBytes(type);
+          std::vector<Case> cases;
+          for (int op = 0; op < kReduceOpCount; ++op) {
+            for (bool inPlace : {false, true}) {
+              cases.push_back({CollectiveKind::kAllReduce, type, static_cast<ReduceOp>(op), 1003, inPlace, 0});
+            }
+          }
+          const uint64_t atLimit = limit / es;
+          for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, atLimit - 1, atLimit,
+                                 atLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
+            cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, (caseId % 2) == 0, 0});
+            cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kMax, count, (caseId % 2) != 0, 0});
+          }
+          for (const Case& c : cases) {
+            const AllReduceAlgorithm want =
+                algorithm != AllReduceAlgorithm::kAuto
+                    ? algorithm
+                    : (c.count * es <= limit ? AllReduceAlgorithm::kOneShotLL : AllReduceAlgorithm::kScatterGather);
+            EXPECT_EQ(r.coll->allReduceAlgorithmFor(c.count, type), want) << describe(c);
+            runCase(*r.coll, c, caseId++, seed);
+            if (::testing::Test::HasFailure()) break;
+          }
+        }
+        r.comm->bootstrap().barrier();
+      },
+      std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+void allReduceEachAlgorithm(int size) {
+  for (AllReduceAlgorithm algorithm :
+       {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kAuto}) {
+    allReduceWith(size, algorithm);
+  }
+}
+
+TEST(CollectivesMpTest, AllReduceEachAlgorithmOneRank) { allReduceEachAlgorithm(1); }
+TEST(CollectivesMpTest, AllReduceEachAlgorithmTwoRanks) { allReduceEachAlgorithm(2); }
+TEST(CollectivesMpTest, AllReduceEachAlgorithmThreeRanks) { allReduceEachAlgorithm(3); }
+TEST(CollectivesMpTest, AllReduceEachAlgorithmFourRanks) { allReduceEachAlgorithm(4); }
+
+// Hundreds of one-shot allreduces back to back with no barrier between them, one rank now and then late, other
+// collectives in between: a fast rank's next call must never overwrite packets a slow peer still reads, and no
+// call may take an earlier call's packets for its own (every result is checked).
+TEST(CollectivesMpTest, OneShotBackToBackThreeRanks) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(3, [&](int rank, int n) {
+    CollectiveOptions o = smallScratch();
+    o.hostThreads = 2;
+    Rank r(rank, n, id, o);
+    for (int i = 0; i < 300 && !::testing::Test::HasFailure(); ++i) {
+      if (rank == i % n && i % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      const DataType type = i % 2 == 0 ? DataType::kInt32 : DataType::kFloat16;
+      const uint64_t count = 1 + static_cast<uint64_t>((i * 37) % 300);
+      ASSERT_EQ(r.coll->allReduceAlgorithmFor(count, type), AllReduceAlgorithm::kOneShotLL);
+      runCase(*r.coll, {CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, i % 3 == 0, 0}, i, seed);
+      if (i % 50 == 49) {
+        runCase(*r.coll, {CollectiveKind::kAllGather, DataType::kUint8, ReduceOp::kSum, 77, false, 0}, i, seed);
+      }
     }
     r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+// WEFT_ALLREDUCE_ALGO chooses when the options leave the algorithm at auto; an explicit option wins; a value that
+// is none of the names is refused with kConfigError on every rank before any communication.
+TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int n) {
+    auto comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(10000)),
+                                               hostOnlyConfig());
+    ASSERT_EQ(setenv("WEFT_ALLREDUCE_ALGO", "scatter_gather", 1), 0);
+    {
+      CollectiveComm c(comm, smallScratch());
+      EXPECT_EQ(c.allReduceAlgorithmFor(1, DataType::kFloat32), AllReduceAlgorithm::kScatterGather);
+      runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 100, false, 0}, 1, 5);
+      CollectiveOptions forced = smallScratch();
+      forced.allReduceAlgorithm = AllReduceAlgorithm::kOneShotLL;
+      CollectiveComm d(comm, forced);
+      EXPECT_EQ(d.allReduceAlgorithmFor(1 << 20, DataType::kFloat32), AllReduceAlgorithm::kOneShotLL);
+      runCase(d, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 100, false, 0}, 2, 5);
+      comm->bootstrap().barrier();
+    }
+    ASSERT_EQ(setenv("WEFT_ALLREDUCE_ALGO", "oneshot_ll", 1), 0);
+    {
+      CollectiveComm c(comm, smallScratch());
+      EXPECT_EQ(c.allReduceAlgorithmFor(1 << 20, DataType::kFloat32), AllReduceAlgorithm::kOneShotLL);
+      comm->bootstrap().barrier();
+    }
+    ASSERT_EQ(setenv("WEFT_ALLREDUCE_ALGO", "fastest", 1), 0);
+    try {
+      CollectiveComm c(comm, smallScratch());
+      ADD_FAILURE() << "WEFT_ALLREDUCE_ALGO=fastest accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kConfigError);
+      EXPECT_NE(std::string(e.what()).find("WEFT_ALLREDUCE_ALGO"), std::string::npos) << e.what();
+    }
+    unsetenv("WEFT_ALLREDUCE_ALGO");
+    CollectiveOptions off = smallScratch();
+    off.oneShotMaxBytes = 0;
+    off.allReduceAlgorithm = AllReduceAlgorithm::kOneShotLL;
+    CollectiveComm c(comm, off);
+    EXPECT_EQ(c.allReduceAlgorithmFor(1, DataType::kFloat32), AllReduceAlgorithm::kScatterGather);
+    runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 100, false, 0}, 3, 5);
+    comm->bootstrap().barrier();
   });
   WEFT_EXPECT_RANKS_OK(results);
 }
