@@ -577,9 +577,11 @@ class Runner {
       auto enqueue = [&] { lib.launch(kind, send, recv, g.count, type, op, root, stream_.get()); };
       f.wrong[place] = -1;
       if (options_.check != 0) {
-        checkGpu(hipMemset(region, kPoisonByte, regionBytes), "hipMemset (poison)");
+        // On the benchmark's stream: it does not synchronise with the legacy default stream.
+        checkGpu(hipMemsetAsync(region, kPoisonByte, regionBytes, stream_.get()), "hipMemsetAsync (poison)");
         std::vector<uint8_t> input = makeInput(type, rank, g.sendBytes);
-        checkGpu(hipMemcpy(send, input.data(), input.size(), hipMemcpyHostToDevice), "hipMemcpy (input)");
+        checkGpu(hipMemcpyAsync(send, input.data(), input.size(), hipMemcpyHostToDevice, stream_.get()),
+                 "hipMemcpyAsync (input)");
         enqueue();
         sync();
         lib.finish();

@@ -115,6 +115,8 @@ def main(argv=None):
     ax_bw.set_ylabel("bus bandwidth (GB/s)")
     ax_bw.set_title("bus bandwidth")
     ax_bw.legend(fontsize="small")
+    if args.floor:
+        ax_time.legend(fontsize="x-small")  # tells the dotted floor lines apart
     fig.suptitle(args.title or ", ".join(shared) or "weft-bench collectives")
     fig.tight_layout()
     fig.savefig(args.out)
