@@ -35,9 +35,10 @@ const char* ncclOpName(NcclOp op);
 std::optional<DataType> toDataType(ncclDataType_t type);
 /// weft's reduction for a built-in NCCL op; nullopt for ncclNumOps and above (PreMulSum handles, garbage).
 std::optional<ReduceOp> toReduceOp(ncclRedOp_t op);
-/// The NCCL result for a weft error code: kInvalidArgument -> ncclInvalidArgument, kInvalidUsage/kNotSupported/kConfigError/kPluginError ->
-/// ncclInvalidUsage, kTimeout/kRemoteError/kProtocolError/kTransportError -> ncclRemoteError, kSystemError ->
-/// ncclSystemError, kGpuError -> ncclUnhandledCudaError, the rest -> ncclInternalError.
+/// The NCCL result for a weft error code: kInvalidArgument -> ncclInvalidArgument,
+/// kInvalidUsage/kNotSupported/kConfigError/kPluginError -> ncclInvalidUsage,
+/// kTimeout/kRemoteError/kProtocolError/kTransportError -> ncclRemoteError, kSystemError -> ncclSystemError, kGpuError
+/// -> ncclUnhandledCudaError, the rest -> ncclInternalError.
 ncclResult_t toResult(ErrorCode code);
 /// NCCL's text for a result code ("unhandled cuda error", ...), "unknown result code" outside the enum.
 const char* resultString(ncclResult_t result);

@@ -147,10 +147,12 @@ TEST(ConfigTest, ThirdPartyTransportOptionsPassThroughAsText) {
 }
 
 TEST(ConfigTest, UnknownTopLevelKey) {
-  EXPECT_EQ(parseError("[bootstrap]\ntimeout_ms = 100\n\n[transprots]\nsame_host = [\"host\"]\n"),
-            "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
-  EXPECT_EQ(parseError("verbose = true\n"),
-            "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
+  EXPECT_EQ(
+      parseError("[bootstrap]\ntimeout_ms = 100\n\n[transprots]\nsame_host = [\"host\"]\n"),
+      "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
+  EXPECT_EQ(
+      parseError("verbose = true\n"),
+      "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
 }
 
 TEST(ConfigTest, UnknownNestedKey) {
