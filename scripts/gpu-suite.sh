@@ -2,7 +2,7 @@
 # Runs weft's GPU test suite, the compute-sanitizer checks and the GPU benchmarks on a machine with a GPU,
 # from a CUDA build made elsewhere (docs/gpu-testing.md): bash scripts/gpu-suite.sh BUILD_DIR [OUT_DIR]
 # Every step runs even when an earlier one fails; the exit status says whether all passed.
-# SUITE_STEPS (default "tests host sanitize bench gpubench") picks the groups to run.
+# SUITE_STEPS (default "tests host sanitize bench gpubench nccl") picks the groups to run.
 set -uo pipefail
 build=${1:?usage: gpu-suite.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-gpu-results}}
@@ -15,7 +15,7 @@ if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" &&
 if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
 export WEFT_PLUGIN_PATH="$build/lib/weft"
 failed=0
-steps=" ${SUITE_STEPS:-tests host sanitize bench gpubench} "
+steps=" ${SUITE_STEPS:-tests host sanitize bench gpubench nccl} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, remembers a failure
   local name=$1
@@ -55,6 +55,18 @@ done
 if want gpubench; then
   step bench-gpu-2 "$build/bin/weft-run" -n 2 --timeout 400 -- "$build/bin/weft-bench" gpu -b 1024 -e 1073741824 \
     -f 4 --json "$out/bench-gpu.jsonl"
+fi
+# Programs written against NVIDIA's nccl.h, run through libweft_nccl.so with LD_PRELOAD.
+if want nccl; then
+  lib="$build/lib/libweft_nccl.so"
+  for n in 2 4; do
+    step "nccl-check-$n" "$build/bin/weft-run" -n $n --timeout 180 -- env LD_PRELOAD="$lib" \
+      NCCL_CHECK_ID_FILE="$out/nccl-check-$n.id" "$build/bin/weft-nccl-check"
+  done
+  if python3 -c "import torch" 2>/dev/null; then
+    step torch-allreduce-2 env LD_PRELOAD="$lib" WEFT_LOG_LEVEL=info WEFT_LOG_SUBSYS=INIT,COLL \
+      timeout 300 python3 -m torch.distributed.run --nproc_per_node 2 test/nccl/torch_allreduce.py "$out/torch-weft"
+  fi
 fi
 echo quit | nvidia-cuda-mps-control
 exit $failed
