@@ -3,6 +3,9 @@
 // odd and larger than a small scratch, in-place and out-of-place, outputs poisoned first, results compared bit for
 // bit with a CPU reference built from every rank's input; plus an allreduce captured into a CUDA graph and
 // replayed twice with fresh inputs (the semaphores and grid barrier keep their epochs in device memory).
+// allreduce again with each algorithm forced (one-shot LL16, scatter-gather) on every type and op, at and around
+// the one-shot limit and past it (several one-shot launches); and one-shot allreduces in a CUDA graph replayed
+// three times with an eager call in between (the one-shot epoch lives in device memory, so no replay reuses one).
 //
 // Tests that fork come first and the parent never touches the GPU runtime (see memory_channel_test.cc).
 #include <gtest/gtest.h>
@@ -270,19 +273,58 @@ std::vector<Case> matrix(int n) {
   return cases;
 }
 
+CollectiveOptions withScratch(uint64_t scratchBytes) {
+  CollectiveOptions o;
+  o.scratchBytes = scratchBytes;
+  o.budgetNs = 20000 * kMs;
+  return o;
+}
+
 struct GpuRank {
   std::shared_ptr<Communicator> comm;
   std::unique_ptr<CollectiveComm> coll;
-  GpuRank(int rank, int size, const UniqueId& id, uint64_t scratchBytes) {
+  GpuRank(int rank, int size, const UniqueId& id, uint64_t scratchBytes)
+      : GpuRank(rank, size, id, withScratch(scratchBytes)) {}
+  GpuRank(int rank, int size, const UniqueId& id, const CollectiveOptions& o) {
     checkGpu(hipSetDevice(0), "hipSetDevice");
     comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)),
                                           ipcConfig());
-    CollectiveOptions o;
-    o.scratchBytes = scratchBytes;
-    o.budgetNs = 20000 * kMs;
     coll = std::make_unique<CollectiveComm>(comm, o);
   }
 };
+
+// allreduce with `algorithm` forced: every type and op at an odd count, in-place and out-of-place; counts 1, 7, at
+// and around the one-shot limit, three times it (one-shot: several launches) and many scratch pieces.
+void allReduceWith(int rank, int size, const UniqueId& id, uint64_t seed, AllReduceAlgorithm algorithm) {
+  constexpr uint64_t kMax = 8192;
+  CollectiveOptions o = withScratch(8192);
+  o.allReduceAlgorithm = algorithm;
+  o.oneShotMaxBytes = kMax;
+  GpuRank r(rank, size, id, o);
+  Stream stream;
+  const uint64_t perLaunch = kMax / static_cast<uint64_t>(size - 1) / 16 * 16;
+  int caseId = 0;
+  for (int t = 0; t < kDataTypeCount && !::testing::Test::HasFailure(); ++t) {
+    const auto type = static_cast<DataType>(t);
+    const uint64_t atLimit = perLaunch / dataTypeBytes(type);
+    std::vector<Case> cases;
+    for (int op = 0; op < kReduceOpCount; ++op) {
+      for (bool inPlace : {false, true}) {
+        cases.push_back({CollectiveKind::kAllReduce, type, static_cast<ReduceOp>(op), 1003, inPlace, 0});
+      }
+    }
+    for (uint64_t count :
+         {uint64_t{1}, uint64_t{7}, atLimit - 1, atLimit, atLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
+      cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, (caseId % 2) == 0, 0});
+    }
+    for (const Case& c : cases) {
+      EXPECT_EQ(r.coll->allReduceAlgorithmFor(c.count, type), algorithm);
+      runCase(*r.coll, c, caseId++, seed, stream.get());
+      if (::testing::Test::HasFailure()) break;
+    }
+  }
+  r.comm->bootstrap().barrier();
+}
 
 void everyCollective(int rank, int size, const UniqueId& id, uint64_t seed) {
   GpuRank r(rank, size, id, 8192);  // small scratch: the 5000-element cases go in many pieces
@@ -351,6 +393,74 @@ void graphReplay(int rank, int size, const UniqueId& id, uint64_t seed) {
 }
 #endif
 
+#if WEFT_BUILD_GPU_CUDA
+// One-shot allreduces captured into a graph (a small one, one at the default limit's scale, and, on a second
+// CollectiveComm with a small forced one-shot limit, one that takes several launches), replayed three times with
+// fresh inputs and an eager one-shot call between the second and third replay.
+void oneShotGraphReplay(int rank, int size, const UniqueId& id, uint64_t seed) {
+  checkGpu(hipSetDevice(0), "hipSetDevice");
+  auto comm =
+      std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), ipcConfig());
+  CollectiveComm autoComm(comm, withScratch(1 << 20));
+  CollectiveOptions small = withScratch(1 << 16);
+  small.allReduceAlgorithm = AllReduceAlgorithm::kOneShotLL;
+  small.oneShotMaxBytes = 4096;
+  CollectiveComm chunked(comm, small);
+  Stream stream;
+  struct Op {
+    CollectiveComm* coll;
+    Case c;
+  };
+  const Op ops[] = {{&autoComm, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 1000, false, 0}},
+                    {&autoComm, {CollectiveKind::kAllReduce, DataType::kBfloat16, ReduceOp::kMax, 60001, true, 0}},
+                    {&chunked, {CollectiveKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, 5003, false, 0}}};
+  std::vector<std::unique_ptr<GpuBuffer>> sends, bufs;
+  for (const Op& op : ops) {
+    EXPECT_EQ(op.coll->allReduceAlgorithmFor(op.c.count, op.c.type), AllReduceAlgorithm::kOneShotLL) << describe(op.c);
+    const uint64_t bytes = op.c.count * dataTypeBytes(op.c.type);
+    sends.push_back(std::make_unique<GpuBuffer>(bytes));
+    bufs.push_back(std::make_unique<GpuBuffer>(bytes));
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (size_t k = 0; k < std::size(ops); ++k)
+    enqueue(*ops[k].coll, ops[k].c, sends[k]->get(), bufs[k]->get(), stream.get());
+  checkGpu(cudaStreamEndCapture(stream.get(), &graph), "cudaStreamEndCapture");
+  checkGpu(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  for (int replay = 0; replay < 3 && !::testing::Test::HasFailure(); ++replay) {
+    std::vector<Plan> plans;
+    for (size_t k = 0; k < std::size(ops); ++k) {
+      std::vector<Bytes> inputs;
+      for (int p = 0; p < size; ++p) {
+        inputs.push_back(makeInput(seed, 2000 + replay * 10 + static_cast<int>(k), p, ops[k].c.type, ops[k].c.count));
+      }
+      plans.push_back(plan(ops[k].c, inputs, rank));
+      sends[k]->upload(inputs[static_cast<size_t>(rank)]);
+      bufs[k]->upload(plans.back().bufferBefore);
+    }
+    comm->bootstrap().barrier();  // every rank's inputs are in place before any replay starts
+    checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
+    const hipError_t e = hipStreamSynchronize(stream.get());
+    autoComm.checkError();
+    chunked.checkError();
+    checkGpu(e, "graph replay");
+    for (size_t k = 0; k < std::size(ops); ++k) {
+      EXPECT_EQ(firstDifference(bufs[k]->download(0, plans[k].want.size()), plans[k].want), "")
+          << "replay " << replay << " " << describe(ops[k].c);
+    }
+    comm->bootstrap().barrier();  // nobody overwrites inputs while a peer still reads them
+    if (replay == 1) {
+      runCase(autoComm, {CollectiveKind::kAllReduce, DataType::kFloat16, ReduceOp::kSum, 777, false, 0}, 3000, seed,
+              stream.get());
+    }
+  }
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  comm->bootstrap().barrier();
+}
+#endif
+
 uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
 
 TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
@@ -369,6 +479,19 @@ TEST(CollectivesGpu, EveryCollectiveFourProcesses) {
   auto results = runRanks(
       4, [&](int rank, int n) { everyCollective(rank, n, id, seed); }, std::chrono::seconds(240));
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 4}) {
+    for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather}) {
+      UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+      const uint64_t seed = freshSeed();
+      auto results = runRanks(
+          size, [&](int rank, int n) { allReduceWith(rank, n, id, seed, algorithm); }, std::chrono::seconds(180));
+      WEFT_EXPECT_RANKS_OK(results) << size << " ranks, " << allReduceAlgorithmName(algorithm) << ", seed " << seed;
+    }
+  }
 }
 
 // A peer that never joins: rank 0's kernel waits for it, runs out of its budget, records the wait and traps;
@@ -418,6 +541,17 @@ TEST(CollectivesGpu, AllReduceInCudaGraphTwoAndFourProcesses) {
     const uint64_t seed = freshSeed();
     auto results = runRanks(
         size, [&](int rank, int n) { graphReplay(rank, n, id, seed); }, std::chrono::seconds(120));
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
+}
+
+TEST(CollectivesGpu, OneShotAllReduceInCudaGraphTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { oneShotGraphReplay(rank, n, id, seed); }, std::chrono::seconds(120));
     WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
   }
 }
