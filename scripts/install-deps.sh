@@ -6,7 +6,7 @@ packages=(
   libgtest-dev libgmock-dev
   libboost-dev libtomlplusplus-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libhwloc-dev
   libfabric-dev libfabric-bin libibverbs-dev
-  iproute2 clang-format
+  iproute2 clang-format python3-matplotlib
 )
 # The HIP flavour compiles with Debian's ROCm (CI proves it builds); skip with WEFT_NO_HIP=1.
 if [ "${WEFT_NO_HIP:-0}" != 1 ]; then packages+=(hipcc libamdhip64-dev rocm-device-libs); fi
