@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "../common/process_exit.hpp"
 #include "cuda_ipc_failure.hpp"
 #include "cuda_ipc_wire.hpp"
 
@@ -205,6 +206,12 @@ struct FetchedFd {
 inline FetchedFd fetchFd(const std::string& socketName, uint32_t ownerPid, uint64_t regionId,
                          const uint8_t (&token)[kTokenBytes], std::chrono::steady_clock::time_point deadline) {
   const std::string who = "owner pid " + std::to_string(ownerPid) + " (fd server @" + socketName + ")";
+  // A dying owner resets or closes the connection a moment before it counts as exited: give it that moment.
+  auto ownerState = [ownerPid] {
+    return transport_support::processExitsWithin(static_cast<pid_t>(ownerPid), std::chrono::milliseconds(200))
+               ? std::string(" (the owner has exited)")
+               : std::string();
+  };
   sockaddr_un addr;
   socklen_t len = fdwire::abstractAddress(socketName, &addr);
   UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -231,7 +238,8 @@ inline FetchedFd fetchFd(const std::string& socketName, uint32_t ownerPid, uint6
   if (!fdwire::pollUntil(s.get(), POLLOUT, deadline)) throw IpcFailure(weftTimeout, "timed out sending to " + who);
   if (::send(s.get(), &request, sizeof(request), MSG_DONTWAIT | MSG_NOSIGNAL) !=
       static_cast<ssize_t>(sizeof(request))) {
-    throw IpcFailure(weftRemoteError, "sending the request to " + who + " failed: " + std::strerror(errno));
+    const int e = errno;
+    throw IpcFailure(weftRemoteError, "sending the request to " + who + " failed: " + std::strerror(e) + ownerState());
   }
   if (!fdwire::pollUntil(s.get(), POLLIN, deadline)) {
     throw IpcFailure(weftTimeout, "timed out waiting for " + who + " to answer");
@@ -258,8 +266,10 @@ inline FetchedFd fetchFd(const std::string& socketName, uint32_t ownerPid, uint6
       if (received.get() < 0) received = std::move(owned);
     }
   }
-  if (got < 0) throw IpcFailure(weftRemoteError, "receiving the answer of " + who + " failed: " + std::strerror(e));
-  if (got == 0) throw IpcFailure(weftRemoteError, who + " closed the connection without answering");
+  if (got < 0) {
+    throw IpcFailure(weftRemoteError, "receiving the answer of " + who + " failed: " + std::strerror(e) + ownerState());
+  }
+  if (got == 0) throw IpcFailure(weftRemoteError, who + " closed the connection without answering" + ownerState());
   if (got != static_cast<ssize_t>(sizeof(reply)) || reply.magic != kReplyMagic || (msg.msg_flags & MSG_CTRUNC) != 0) {
     throw IpcFailure(weftRemoteError, who + " sent a malformed answer");
   }

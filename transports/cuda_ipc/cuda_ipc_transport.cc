@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/process_exit.hpp"
 #include "cuda_ipc_failure.hpp"
 #include "cuda_ipc_fd_server.hpp"
 #include "cuda_ipc_wire.hpp"
@@ -262,9 +263,9 @@ bool samePidNamespace(const ProcessIdentity& a, const ProcessIdentity& b) {
   return a.pidNamespace != 0 && a.pidNamespace == b.pidNamespace;
 }
 
-/// True when `who` certainly has exited: it is in our pid namespace and no process has its pid.
+/// True when `who` certainly has exited: it is in our pid namespace and its pid is gone or a zombie.
 bool certainlyExited(const ProcessIdentity& who) {
-  return samePidNamespace(who, thisProcess()) && kill(static_cast<pid_t>(who.pid), 0) != 0 && errno == ESRCH;
+  return samePidNamespace(who, thisProcess()) && transport_support::processHasExited(static_cast<pid_t>(who.pid));
 }
 
 std::string lowercase(std::string s) {

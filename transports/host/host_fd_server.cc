@@ -1,9 +1,5 @@
 #include "host_fd_server.hpp"
 
-#include <signal.h>
-
-#include <fstream>
-
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -15,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "../common/process_exit.hpp"
 #include "host_failure.hpp"
 
 namespace weft::host {
@@ -156,17 +153,13 @@ void HostFdServer::serve(int client) {
 }
 
 namespace {
-// A peer that dies while answering shows up as a reset or an early close; say so plainly when it is gone.
+// A peer that dies while answering shows up as a reset or an early close; say so plainly when it is gone. Its
+// sockets close with its last thread, a moment before it counts as exited: give it that moment.
 std::string ownerState(uint32_t pid) {
-  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return " (the owning process has exited)";
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  size_t paren = line.rfind(')');
-  if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z') {
-    return " (the owning process has exited)";
-  }
-  return "";
+  constexpr std::chrono::milliseconds kDyingGrace{200};
+  return transport_support::processExitsWithin(static_cast<pid_t>(pid), kDyingGrace)
+             ? " (the owning process has exited)"
+             : "";
 }
 }  // namespace
 
@@ -199,7 +192,9 @@ FetchedFd fetchRegionFd(const std::string& socketName, uint32_t ownerPid, uint64
   std::memcpy(request.token, token, kTokenBytes);
   if (!waitFor(s.get(), POLLOUT, deadline)) throw HostFailure(weftTimeout, "timed out sending a request to " + who);
   if (send(s.get(), &request, sizeof(request), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(request))) {
-    throw HostFailure(weftRemoteError, "sending the request to " + who + " failed: " + std::strerror(errno));
+    const int e = errno;
+    throw HostFailure(weftRemoteError,
+                      "sending the request to " + who + " failed: " + std::strerror(e) + ownerState(ownerPid));
   }
   if (!waitFor(s.get(), POLLIN, deadline))
     throw HostFailure(weftTimeout, "timed out waiting for " + who + " to answer");
