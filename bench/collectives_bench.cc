@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -558,6 +559,16 @@ class Runner {
 
   // Out-of-place and in-place figures of one library for one call shape.
   RankFigures measure(Library& lib, CollectiveKind kind, DataType type, ReduceOp op, int root, const Geometry& g) {
+    try {
+      return measureOrThrow(lib, kind, type, op, root, g);
+    } catch (const Error&) {
+      lib.finish();  // a kernel that stopped on a wait recorded which one: that error says more than the sync's
+      throw;
+    }
+  }
+
+  RankFigures measureOrThrow(Library& lib, CollectiveKind kind, DataType type, ReduceOp op, int root,
+                             const Geometry& g) {
     RankFigures f;
     const uint64_t es = dataTypeBytes(type);
     const int rank = boot_.rank();
@@ -848,6 +859,9 @@ CLI::App* addCollectivesCommand(CLI::App& app, CollectivesOptions& o) {
       ->capture_default_str();
   sub->add_option("-z,--blocking", o.ignoredBlocking, "accepted for nccl-tests compatibility; ignored");
   sub->add_option("--json", o.jsonPath, "append one JSON line per row and placement to this file (- for stdout)");
+  sub->add_option("--tune", o.tunePath,
+                  "time every allreduce algorithm at each size (first -d type, sum) and write the fastest per size "
+                  "as [[collectives.allreduce]] rules to this TOML file (rank 0), for WEFT_CONFIG or weft.toml");
   sub->add_option("--vs", o.versus, "also run this library on the same ranks and sizes: nccl");
   sub->add_option("--host-threads", o.hostThreads, "threads per rank that run each operation (WEFT_GPU=none builds)")
       ->capture_default_str();
@@ -866,6 +880,95 @@ double busBandwidthFactor(CollectiveKind kind, int ranks) {
     case CollectiveKind::kAllToAll: return (n - 1) / n;
     default: return 1.0;
   }
+}
+
+// --tune: every allreduce algorithm at every size, each through its own CollectiveComm with the algorithm forced;
+// the fastest (out-of-place time, the slowest rank's) wins the size. Consecutive sizes with one winner become one
+// rule whose max_bytes is the largest of them; the last rule has no limit. Results are checked as in a normal run:
+// a wrong element fails the run and writes no file.
+int runAllReduceTuning(TcpBootstrap& boot, const CollectivesOptions& options, const Selection& sel,
+                       const std::vector<uint64_t>& sizes, uint64_t capacity, int device) {
+  const int rank = boot.rank();
+  const int ranks = boot.size();
+  const DataType type = sel.types.front();
+  const AllReduceAlgorithm algorithms[] = {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather};
+  constexpr size_t kAlgorithms = std::size(algorithms);
+  auto bootPtr = std::shared_ptr<Bootstrap>(&boot, [](Bootstrap*) {});
+  Config config = Config::load();
+  config.allReduceRules.clear();  // the rules being tuned must not steer the measurement
+  auto comm = std::make_shared<Communicator>(bootPtr, config);
+  std::vector<std::unique_ptr<CollectiveComm>> colls;
+  std::vector<std::unique_ptr<WeftLibrary>> libs;
+  for (AllReduceAlgorithm a : algorithms) {
+    CollectiveOptions o;
+    o.scratchBytes = options.scratchBytes;
+    o.hostThreads = options.hostThreads;
+    o.allReduceAlgorithm = a;
+    colls.push_back(std::make_unique<CollectiveComm>(comm, o));
+    libs.push_back(std::make_unique<WeftLibrary>(*colls.back()));
+  }
+  Runner runner(boot, options, capacity);
+  printRankLines(boot, device);
+  if (rank == 0) {
+    std::printf("# weft-bench collectives --tune: allreduce %s sum on %d ranks, out-of-place time (us, slowest rank)\n",
+                typeName(type), ranks);
+    std::printf("# %12s %14s %14s  %s\n", "size (B)", "oneshot_ll", "scatter_gather", "fastest");
+  }
+  std::vector<std::pair<uint64_t, size_t>> winners;  // (bytes, algorithm index)
+  int64_t wrong = 0;
+  for (uint64_t size : sizes) {
+    const Geometry g = geometry(CollectiveKind::kAllReduce, size, dataTypeBytes(type), ranks);
+    if (g.count == 0) continue;
+    std::vector<RankFigures> all(kAlgorithms * static_cast<size_t>(ranks));
+    for (size_t a = 0; a < kAlgorithms; ++a) {
+      all[static_cast<size_t>(rank) * kAlgorithms + a] =
+          runner.measure(*libs[a], CollectiveKind::kAllReduce, type, ReduceOp::kSum, 0, g);
+    }
+    boot.allGather(all.data(), sizeof(RankFigures) * kAlgorithms);
+    double us[kAlgorithms] = {};
+    for (size_t a = 0; a < kAlgorithms; ++a) {
+      for (int r = 0; r < ranks; ++r) {
+        const RankFigures& f = all[static_cast<size_t>(r) * kAlgorithms + a];
+        us[a] = std::max(us[a], f.seconds[kOutOfPlace] * 1e6);
+        for (int place : {kOutOfPlace, kInPlace}) wrong += std::max<int64_t>(f.wrong[place], 0);
+      }
+    }
+    const size_t best = us[1] < us[0] ? 1 : 0;
+    winners.emplace_back(g.bytes(), best);
+    if (rank == 0) {
+      std::printf("  %12llu %14.2f %14.2f  %s\n", static_cast<unsigned long long>(g.bytes()), us[0], us[1],
+                  allReduceAlgorithmName(algorithms[best]));
+    }
+  }
+  int ok = wrong == 0 && !winners.empty() ? 1 : 0;
+  if (rank == 0 && ok == 0) {
+    std::fprintf(stderr, "weft-bench collectives --tune: %lld wrong elements or no size measured; %s not written\n",
+                 static_cast<long long>(wrong), options.tunePath.c_str());
+  }
+  if (rank == 0 && ok == 1) {
+    std::string text = "# weft-bench collectives --tune: allreduce " + std::string(typeName(type)) + " on " +
+                       std::to_string(ranks) + " ranks, sizes " + std::to_string(winners.front().first) + " to " +
+                       std::to_string(winners.back().first) + " bytes.\n# Use as WEFT_CONFIG or copy into weft.toml.\n";
+    for (size_t i = 0; i < winners.size(); ++i) {
+      const bool last = i + 1 == winners.size();
+      if (!last && winners[i + 1].second == winners[i].second) continue;
+      text += "\n[[collectives.allreduce]]\nranks = " + std::to_string(ranks) + "\n";
+      if (!last) text += "max_bytes = " + std::to_string(winners[i].first) + "\n";
+      text += std::string("algorithm = \"") + allReduceAlgorithmName(algorithms[winners[i].second]) + "\"\n";
+    }
+    std::FILE* f = std::fopen(options.tunePath.c_str(), "w");
+    if (f == nullptr || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0) {
+      std::fprintf(stderr, "weft-bench collectives --tune: cannot write %s: %s\n", options.tunePath.c_str(),
+                   std::strerror(errno));
+      ok = 0;
+    } else {
+      std::printf("# wrote %s\n", options.tunePath.c_str());
+    }
+    std::fflush(stdout);
+  }
+  boot.barrier();
+  boot.broadcast(&ok, sizeof(ok), 0);
+  return ok == 1 ? 0 : 1;
 }
 
 int runCollectivesBench(TcpBootstrap& boot, const CollectivesOptions& options) {
@@ -897,6 +1000,7 @@ int runCollectivesBench(TcpBootstrap& boot, const CollectivesOptions& options) {
   }
 #endif
   const uint64_t capacity = std::max(sizes.back(), kMinBufferBytes);
+  if (!options.tunePath.empty()) return runAllReduceTuning(boot, options, sel, sizes, capacity, device);
 
   auto bootPtr = std::shared_ptr<Bootstrap>(&boot, [](Bootstrap*) {});
   auto comm = std::make_shared<Communicator>(bootPtr, Config::load());

@@ -32,6 +32,7 @@ struct CollectivesOptions {
   int ignoredBlocking = 0;              ///< nccl-tests' -z (blocking collectives): accepted and ignored
   std::string jsonPath;                 ///< "" for none, "-" for stdout
   std::string versus;                   ///< "" or "nccl"
+  std::string tunePath;                 ///< "": measure; else time every allreduce algorithm, write the rules here
   uint64_t scratchBytes = 64ull << 20;  ///< CollectiveOptions::scratchBytes
   uint32_t hostThreads = 4;             ///< CollectiveOptions::hostThreads (WEFT_GPU=none builds)
 

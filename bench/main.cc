@@ -96,8 +96,13 @@ int main(int argc, char** argv) {
                                  "GPU kernels on GPU memory between rank pairs: semaphore, LL8/LL16 and PortChannel "
                                  "ping-pong, PortChannel and MemoryChannel put bandwidth (sizes: multiples of 16)");
   for (CLI::App* sub : {primitives, memoryChannel, fifo, gpu}) {
-    sub->add_option("-b,--minbytes", options.minBytes, "smallest message in bytes")->capture_default_str();
-    sub->add_option("-e,--maxbytes", options.maxBytes, "largest message in bytes")->capture_default_str();
+    // K, M, G as in weft-bench collectives (and nccl-tests): `-e 64K` was refused here while collectives took it.
+    sub->add_option("-b,--minbytes", options.minBytes, "smallest message in bytes (K, M, G suffixes: powers of 1024)")
+        ->transform(CLI::AsSizeValue(false))
+        ->capture_default_str();
+    sub->add_option("-e,--maxbytes", options.maxBytes, "largest message in bytes")
+        ->transform(CLI::AsSizeValue(false))
+        ->capture_default_str();
     sub->add_option("-f,--stepfactor", options.stepFactor, "size multiplier between steps")->capture_default_str();
     sub->add_option("-n,--iters", options.iterations, "iterations per size (0: about 64 MiB moved per size)")
         ->capture_default_str();

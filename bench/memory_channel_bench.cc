@@ -61,6 +61,13 @@ std::vector<BenchRow> runMemoryChannel(Bootstrap& boot, const BenchOptions& opti
   Communicator comm(bootPtr, config);
   boot.barrier();
   if (!paired) return rows;
+  // Memory channels load and store into the peer's pages: a peer on another host (or network namespace) has none
+  // this rank can map. Both sides of a pair see the same class, so both skip.
+  if (comm.peerClass(peer) == PeerClass::kOtherHost) {
+    if (first)
+      std::printf("# weft-bench memory channel: skipped (rank %d is on another host: no mapped peer memory)\n", peer);
+    return rows;
+  }
 
   // data: the source slice [0, max) and the landing slice [max, 2 max); packets: LL16 room for the largest
   // packet message; flags: two words for the floor.

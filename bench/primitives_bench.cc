@@ -1,9 +1,10 @@
 // weft-bench primitives: put/signal/wait latency and put bandwidth between pairs of ranks over the
 // transport the config chooses (the host transport between processes of one host), each beside a floor
-// measured in the same run on a raw shared buffer.
+// measured in the same run: over the host transport a raw shared buffer, over libfabric a raw libfabric loop.
 #include "primitives_bench.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <weft/communicator.hpp>
@@ -12,6 +13,7 @@
 #include <weft/host_semaphore.hpp>
 #include <weft/shared_host_memory.hpp>
 
+#include "raw_libfabric_loop.hpp"
 #include "raw_shared_page.hpp"
 
 namespace weft::bench {
@@ -91,10 +93,6 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
   RegisteredMemory remote = comm.recvMemory(peer, 100);
   std::shared_ptr<Connection> conn = comm.connect(peer, 101, MemoryKind::kHost);
   Host2HostSemaphore sem(comm, conn, 102);
-  RawSharedBuffer raw(boot, peer, 0, 103);
-  // The peer's buffer as the host transport maps it: the floors write to the very same pages.
-  auto* peerBuffer = static_cast<uint8_t*>(remote.data());
-  if (peerBuffer == nullptr) throw Error(ErrorCode::kNotSupported, "the transport does not map peer memory");
   fillPattern(src, maxBytes, rank);
   auto pairSync = [&] {
     if (first) {
@@ -106,11 +104,49 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
     }
   };
 
+  // The floor. Over libfabric the peer's memory is not mapped: the floor is a raw libfabric loop on its own
+  // endpoints (same provider and domain). Otherwise memcpy into the peer's mapped pages (the host transport).
+  const bool overFabric = comm.transportFor(peer, MemoryKind::kHost) == "libfabric";
+  std::unique_ptr<RawSharedBuffer> raw;
+  std::unique_ptr<RawFabricPair> fabric;
+  uint8_t* peerBuffer = nullptr;
+  std::string latencyTitle = "put+signal latency", bandwidthTitle = "put bandwidth";
+  if (overFabric) {
+    const auto fabricOptions = comm.config().optionsFor("libfabric");
+    auto option = [&](const char* key) {
+      auto it = fabricOptions.find(key);
+      return it != fabricOptions.end() ? it->second : std::string();
+    };
+    std::string floorText;
+    if (rawLibfabricAvailable()) {
+      fabric = std::make_unique<RawFabricPair>(boot, peer, option("provider"), option("domain"), maxBytes, 104);
+      latencyTitle += std::string(" [raw ") + rawFabricSignalName(fabric->cheapestSignal()) + "]";
+      bandwidthTitle += " [raw fi_write]";
+      floorText = "raw libfabric loop (" + fabric->description() + ")";
+    } else {
+      latencyTitle += " [floor skipped]";
+      bandwidthTitle += " [floor skipped]";
+      floorText = "skipped: weft-bench was built without libfabric";
+    }
+    if (rank == 0) {
+      std::printf("# weft-bench primitives: rank 0 -> 1 over libfabric; floor: %s\n", floorText.c_str());
+      std::fflush(stdout);
+    }
+  } else {
+    raw = std::make_unique<RawSharedBuffer>(boot, peer, 0, 103);
+    // The peer's buffer as the host transport maps it: the floors write to the very same pages.
+    peerBuffer = static_cast<uint8_t*>(remote.data());
+    if (peerBuffer == nullptr) {
+      throw Error(ErrorCode::kNotSupported, "the transport " + conn->transport() + " does not map peer memory");
+    }
+  }
+
   // Latency: put + signal, the peer waits and answers the same way.
+  std::vector<BenchRow> protocolRows;  // libfabric: the second floor's rows, after the first's
   for (uint64_t bytes : sizes) {
     if (bytes > (1ull << 20)) break;
     const int iters = options.iterations > 0 ? options.iterations : 2000;
-    BenchRow row{"put+signal latency", "us", bytes, iters};
+    BenchRow row{latencyTitle, "us", bytes, iters};
     // Check run: the receiver verifies what arrived.
     if (first) {
       conn->write(remote, 0, srcLocal, 0, bytes);
@@ -140,15 +176,35 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
     auto t = Clock::now();
     pingPong(iters);
     row.weft = secondsSince(t) * 1e6 / iters / 2;
-    rawPingPongMicros(raw, first, peerBuffer, src, bytes, options.warmup, pairSync);
-    row.floor = rawPingPongMicros(raw, first, peerBuffer, src, bytes, iters, pairSync);
+    if (fabric) {
+      const RawFabricSignal cheapest = fabric->cheapestSignal();
+      if (options.check) row.wrong += fabric->checkWrite(bytes, bytes, cheapest);
+      fabric->pingPongMicros(bytes, options.warmup, cheapest);
+      row.floor = fabric->pingPongMicros(bytes, iters, cheapest);
+      // The same weft figure beside the raw loop running the plugin's fallback protocol (write, its completion, then
+      // the atomic), where that is not already the cheapest.
+      constexpr RawFabricSignal kWeftProtocol = RawFabricSignal::kAtomicAfterCompletion;
+      if (cheapest != kWeftProtocol && fabric->offers(kWeftProtocol)) {
+        BenchRow same{std::string("put+signal latency [raw ") + rawFabricSignalName(kWeftProtocol) + "]", "us", bytes,
+                      iters};
+        same.weft = row.weft;
+        if (options.check) same.wrong = fabric->checkWrite(bytes, bytes + 2, kWeftProtocol);
+        fabric->pingPongMicros(bytes, options.warmup, kWeftProtocol);
+        same.floor = fabric->pingPongMicros(bytes, iters, kWeftProtocol);
+        protocolRows.push_back(same);
+      }
+    } else if (raw) {
+      rawPingPongMicros(*raw, first, peerBuffer, src, bytes, options.warmup, pairSync);
+      row.floor = rawPingPongMicros(*raw, first, peerBuffer, src, bytes, iters, pairSync);
+    }
     rows.push_back(row);
   }
+  rows.insert(rows.end(), protocolRows.begin(), protocolRows.end());
 
   // Bandwidth: the lower rank streams puts, each with a signal; the peer waits for all, then acknowledges.
   for (uint64_t bytes : sizes) {
     const int iters = options.iterationsFor(bytes);
-    BenchRow row{"put bandwidth", "GB/s", bytes, iters};
+    BenchRow row{bandwidthTitle, "GB/s", bytes, iters};
     auto stream = [&](int n) {
       if (first) {
         for (int i = 0; i < n; ++i) {
@@ -170,11 +226,24 @@ std::vector<BenchRow> runPrimitives(Bootstrap& boot, const BenchOptions& options
     stream(iters);
     double seconds = secondsSince(t);
     row.weft = static_cast<double>(bytes) * iters / seconds / 1e9;
+    if (fabric) {
+      // Floor: the same bytes as raw fi_writes with a window in flight, one signal after their completions, the
+      // peer's acknowledgement (weft's stream signals every put; the raw loop needs only the last).
+      if (options.check) row.wrong += fabric->checkWrite(bytes, bytes + 1, fabric->cheapestSignal());
+      fabric->streamGigabytesPerSecond(bytes, std::min(options.warmup, iters));
+      row.floor = fabric->streamGigabytesPerSecond(bytes, iters);
+      rows.push_back(row);
+      continue;
+    }
+    if (!raw) {
+      rows.push_back(row);
+      continue;
+    }
     // Floor: the same bytes memcpy'd straight into the same peer buffer, each copy followed by a release
     // store of a counter that the peer polls until the last one arrives (what put + signal + wait is at
     // its cheapest), then the same acknowledgement.
-    uint64_t* flag = raw.flag(1);
-    uint64_t* ack = raw.flag(0);
+    uint64_t* flag = raw->flag(1);
+    uint64_t* ack = raw->flag(0);
     const uint64_t flagBase = atomicLoad<MemoryOrder::kAcquire>(flag);
     const uint64_t ackBase = atomicLoad<MemoryOrder::kAcquire>(ack);
     auto rawWait = [](uint64_t* word, uint64_t v) {

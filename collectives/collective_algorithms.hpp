@@ -37,7 +37,12 @@ inline constexpr uint32_t kMaxGroupEntries = 96;
 struct PeerSlot {
   uint8_t* scratch;                              // the peer's scratch, mapped into this process
   MemoryDevice2DeviceSemaphoreDeviceHandle sem;  // signals to and from the peer (unused for this rank)
+  uint64_t* pairFlags;                           // the peer's block-pair flags (pairSync), mapped
 };
+
+/// Most blocks (GPU) or workers (host) a team of the block-pair algorithms has: the flag region holds this many
+/// rows of one flag per rank.
+inline constexpr uint32_t kMaxPairBlocks = 256;
 
 /// A sense-reversal barrier among the blocks of one grid, in device memory (host memory for host teams), reusable
 /// by any number of launches (it returns to arrived == 0 after each use).
@@ -55,6 +60,10 @@ struct CollectiveContext {
   uint64_t scratchBytes;
   uint64_t budgetNs;
   DeviceErrorRecord* record;
+  /// Block-pair sync (pairSync): this rank's inbound flags [kMaxPairBlocks][size] (flag [b][p] is the last round
+  /// block b of rank p reached) and its per-block round counters [kMaxPairBlocks], both at the tail of its scratch.
+  uint64_t* pairFlags;
+  uint64_t* pairRounds;
   int32_t rank;
   int32_t size;
 };
@@ -112,28 +121,33 @@ struct TeamAborted {};
 
 /// Grid barrier, called by one thread per block after a block barrier. Its wait has twice the semaphores' budget:
 /// while block 0 waits for a peer the other blocks wait here, and the peer wait must be the one that runs out
-/// first and is recorded (it names the peer). The fetch-add is acq_rel at system
-/// scope, so the stores of every block (including the ones they made to mapped peer memory) happen before the
-/// release of the last arriver, and every waiter's acquire of the new generation makes them visible to it.
+/// first and is recorded (it names the peer).
+///
+/// Device scope: every party is a block of this grid on this GPU. The arrival is acq_rel and the waiters poll with
+/// relaxed loads and take one acquire fence once the generation moved (system-scope acquire polls from every block
+/// cost microseconds per barrier). Stores a block made before the barrier, to this GPU's memory or to mapped peer
+/// memory, happen before everything every block does after it; block 0's system-scope signal that follows in
+/// rankSync carries them on to the peers (causality order is transitive across the scopes).
 WEFT_HOST_DEVICE_INLINE void gridBarrierOneThread(const CollectiveContext& ctx, uint32_t numBlocks, int32_t kind) {
   if (numBlocks == 1) return;
   GridBarrierState* s = ctx.barrier;
-  const uint32_t generation = atomicLoad<MemoryOrder::kAcquire>(&s->generation);
-  const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel>(&s->arrived, 1u);
+  const uint32_t generation = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&s->generation);
+  const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&s->arrived, 1u);
   if (before == numBlocks - 1) {
-    atomicStore<MemoryOrder::kRelaxed>(&s->arrived, 0u);
-    atomicStore<MemoryOrder::kRelease>(&s->generation, generation + 1);
+    atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&s->arrived, 0u);
+    atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&s->generation, generation + 1);
     return;
   }
   uint32_t seen = generation;
   bool aborted = false;
   const bool ok = spinWaitUntil(
       [&] {
-        seen = atomicLoad<MemoryOrder::kAcquire>(&s->generation);
-        aborted = atomicLoad<MemoryOrder::kRelaxed>(&s->abort) != 0;
+        seen = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&s->generation);
+        aborted = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&s->abort) != 0;
         return seen != generation || aborted;
       },
       WaitBudget{2 * ctx.budgetNs});
+  fence<MemoryOrder::kAcquire, Scope::kDevice>();
   if (aborted) abortTeam();
   if (!ok) {
     reportWaitTimeout(WaitSite{ctx.record, ctx.rank, -1, kind}, WaitOp::kBarrier, generation + 1, seen,
@@ -174,6 +188,47 @@ WEFT_HOST_DEVICE_INLINE void rankSyncAll(const TeamT& team, const CollectiveCont
   rankSync(team, ctx, kind, [](int32_t) { return true; });
 }
 
+/// Block-pair sync: block b of this rank and block b of every peer p for which active(p) holds meet in round
+/// `round` (a count every block pair advances alike, kept across launches in ctx.pairRounds). Afterwards every store
+/// the block made before the call is visible to block b of those peers, and theirs to this block. No grid barrier:
+/// the algorithms that use it give block b of every rank the same part of the data, so blocks need not wait for
+/// the other blocks of their own grid. Every rank must run the same number of blocks.
+template <class TeamT, class Active>
+WEFT_HOST_DEVICE_INLINE void pairSync(const TeamT& team, const CollectiveContext& ctx, int32_t kind, uint64_t round,
+                                      Active&& active) {
+  team.blockSync();
+  const uint64_t row = static_cast<uint64_t>(team.blockId) * static_cast<uint64_t>(ctx.size);
+  for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
+    if (p != ctx.rank && active(p)) {
+      atomicStore<MemoryOrder::kRelease>(&ctx.peers[p].pairFlags[row + static_cast<uint64_t>(ctx.rank)], round);
+    }
+  }
+  for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
+    if (p == ctx.rank || !active(p)) continue;
+    const uint64_t* flag = &ctx.pairFlags[row + static_cast<uint64_t>(p)];
+    uint64_t seen = 0;
+    if (!spinWaitUntil(
+            [&] {
+              seen = atomicLoad<MemoryOrder::kRelaxed>(flag);
+              return seen >= round;
+            },
+            WaitBudget{ctx.budgetNs})) {
+      reportWaitTimeout(WaitSite{ctx.record, ctx.rank, p, kind}, WaitOp::kBarrier, round, seen, ctx.budgetNs);
+    }
+    fence<MemoryOrder::kAcquire>();
+  }
+  team.blockSync();
+}
+
+/// The threads of one block of `team`, as a team of one block (flatId is the thread within the block).
+template <class TeamT>
+WEFT_HOST_DEVICE_INLINE TeamT blockOf(const TeamT& team) {
+  TeamT b = team;
+  b.blockId = 0;
+  b.numBlocks = 1;
+  return b;
+}
+
 /// Elements of T that fit in `bytes`, at least 1 (setup guarantees regions hold one element of every type).
 template <class T>
 WEFT_HOST_DEVICE_INLINE uint64_t elementsIn(uint64_t bytes) {
@@ -188,66 +243,169 @@ WEFT_HOST_DEVICE_INLINE uint64_t regionBytes(uint64_t scratchBytes, uint64_t par
 
 WEFT_HOST_DEVICE_INLINE uint64_t minU64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-/// dst[i] = reduce over ranks of src_p[i], i < count, where src_p = peer p's scratch + offset (rank order).
-template <class T, class TeamT>
-WEFT_HOST_DEVICE_INLINE void reduceFromScratch(const TeamT& team, const CollectiveContext& ctx, ReduceOp op,
-                                               uint64_t scratchOffset, uint64_t count, T* dst, T* dst2) {
+/// Elements of T in one 16-byte vector.
+template <class T>
+inline constexpr uint64_t kVectorElems = sizeof(Bytes16) / sizeof(T);
+
+WEFT_HOST_DEVICE_INLINE bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+/// Start of share q of c elements cut into n shares (q == n gives c). Shares start at multiples of a 16-byte vector,
+/// so that a share's vectors are aligned wherever its buffer is; every rank computes the same bounds.
+template <class T>
+WEFT_HOST_DEVICE_INLINE uint64_t shareStart(uint64_t c, uint64_t q, uint64_t n) {
+  if (q >= n) return c;
+  return c * q / n / kVectorElems<T> * kVectorElems<T>;
+}
+
+/// dst[v] (and dst2[v] unless null) = the reduction over p = 0..n-1, in that order, of src(p)[v], for the 16-byte
+/// vectors v < vectors of elements of T, lane by lane exactly as reduceOrdered. Each worker takes kUnroll vectors per
+/// round and issues their loads together, so it waits for one memory latency per round, not per vector.
+template <class T, class TeamT, class Src>
+WEFT_HOST_DEVICE_INLINE void reduceVectors(const TeamT& team, ReduceOp op, int n, uint64_t vectors, Src&& src,
+                                           Bytes16* dst, Bytes16* dst2) {
+  using Traits = ReduceTraits<T>;
+  using Acc = typename Traits::Acc;
+  constexpr uint64_t kLanes = kVectorElems<T>;
+  constexpr uint32_t kUnroll = kLanes >= 8 ? 2 : 4;  // bounds the accumulator registers (16 per worker)
   const uint64_t stride = team.flatCount();
-  for (uint64_t i = team.flatId(); i < count; i += stride) {
-    const T v = reduceOrdered<T>(
-        op, ctx.size, [&](int p) { return reinterpret_cast<const T*>(ctx.peers[p].scratch + scratchOffset)[i]; });
+  for (uint64_t v0 = team.flatId(); v0 < vectors; v0 += stride * kUnroll) {
+    Acc acc[kUnroll][kLanes];
+    for (int p = 0; p < n; ++p) {
+      const Bytes16* from = src(p);
+      Bytes16 w[kUnroll];
+      for (uint32_t u = 0; u < kUnroll; ++u) {
+        const uint64_t v = v0 + u * stride;
+        w[u] = v < vectors ? from[v] : Bytes16{0, 0};
+      }
+      for (uint32_t u = 0; u < kUnroll; ++u) {
+        for (uint64_t e = 0; e < kLanes; ++e) {
+          T t;
+          memcpy(&t, reinterpret_cast<const uint8_t*>(&w[u]) + e * sizeof(T), sizeof(T));
+          const Acc x = Traits::load(t);
+          acc[u][e] = p == 0 ? x : reduceCombine(op, acc[u][e], x);
+        }
+      }
+    }
+    for (uint32_t u = 0; u < kUnroll; ++u) {
+      const uint64_t v = v0 + u * stride;
+      if (v >= vectors) break;
+      Bytes16 out;
+      for (uint64_t e = 0; e < kLanes; ++e) {
+        const T t = Traits::store(canonicalNan(reduceFinish(op, acc[u][e], n)));
+        memcpy(reinterpret_cast<uint8_t*>(&out) + e * sizeof(T), &t, sizeof(T));
+      }
+      dst[v] = out;
+      if (dst2 != nullptr) dst2[v] = out;
+    }
+  }
+}
+
+/// dst[i] (and dst2[i] unless null) = the reduction over p (rank order) of value(p)[i] for i < count, where value(p)
+/// points at elements of T: 16-byte vectors (reduceVectors) where every pointer is 16-byte aligned, element by
+/// element for the rest. `value(p)` must be 16-byte aligned for every p whenever dst is (callers pass scratch
+/// regions, which are, and buffers that are checked).
+template <class T, class TeamT, class ValueOf>
+WEFT_HOST_DEVICE_INLINE void reduceRange(const TeamT& team, const CollectiveContext& ctx, ReduceOp op, uint64_t count,
+                                         ValueOf&& value, T* dst, T* dst2) {
+  uint64_t done = 0;
+  bool vector = aligned16(dst) && (dst2 == nullptr || aligned16(dst2));
+  for (int p = 0; p < ctx.size && vector; ++p) vector = aligned16(value(p));
+  if (vector) {
+    const uint64_t vectors = count / kVectorElems<T>;
+    reduceVectors<T>(
+        team, op, ctx.size, vectors, [&](int p) { return reinterpret_cast<const Bytes16*>(value(p)); },
+        reinterpret_cast<Bytes16*>(dst), reinterpret_cast<Bytes16*>(dst2));
+    done = vectors * kVectorElems<T>;
+  }
+  const uint64_t stride = team.flatCount();
+  for (uint64_t i = done + team.flatId(); i < count; i += stride) {
+    const T v = reduceOrdered<T>(op, ctx.size, [&](int p) { return value(p)[i]; });
     dst[i] = v;
     if (dst2 != nullptr) dst2[i] = v;
   }
 }
 
+/// dst[i] = reduce over ranks of src_p[i], i < count, where src_p = peer p's scratch + offset (rank order).
+template <class T, class TeamT>
+WEFT_HOST_DEVICE_INLINE void reduceFromScratch(const TeamT& team, const CollectiveContext& ctx, ReduceOp op,
+                                               uint64_t scratchOffset, uint64_t count, T* dst, T* dst2) {
+  reduceRange<T>(
+      team, ctx, op, count, [&](int p) { return reinterpret_cast<const T*>(ctx.peers[p].scratch + scratchOffset); },
+      dst, dst2);
+}
+
 // ---- the collectives --------------------------------------------------------------------------------------------
 
-/// allReduce (scatter-gather): per piece, stage every share but this rank's own into the "in" half of scratch;
-/// sync; rank r reduces its share (1/n of the piece) from every peer's "in" half and its own send buffer into its
-/// "out" half and recv; sync; every rank copies every other share from its owner's "out" half into recv. The next
-/// piece needs no sync in between: its staging writes the "in" half, which peers finished reading before the
-/// second sync, and its reduction writes the "out" half only after its first sync, which no peer reaches before it
-/// has copied out of this rank's "out" half. One sync after the last piece makes the scratch free for the next
-/// operation.
+/// allReduce (scatter-gather). Every piece of the message is cut into n x numBlocks chunks of equal length (a
+/// multiple of a 16-byte vector where the scratch allows): chunk j = q * numBlocks + b belongs to share q (reduced by
+/// rank q) and is handled by block b of every rank, which meets only block b of its peers (pairSync), never the
+/// rest of its own grid. Per piece:
+///   stage: block b copies chunk (q, b) of every share but this rank's own into slot (q, b) of the "in" half of
+///   this rank's scratch; pair sync; reduce: block b reduces chunk (rank, b) from its own send buffer and slot
+///   (rank, b) of every peer's "in" half into slot b of its "out" half and into recv; pair sync; gather: block b
+///   copies slot b of every peer's "out" half (chunk (p, b)) into recv.
+/// Slots sit at fixed places whatever the piece, so only block b of any rank ever touches slot (q, b) or out slot
+/// b: the next piece needs no sync before it stages (block b of a peer read this rank's "in" slots of block b before
+/// the second sync, and reads its "out" slot b before the next piece's first sync, which this block passes before it
+/// writes that slot again). A last pair sync after the last piece: when the kernel (or host team) ends, every peer
+/// block has read all it needed of this rank's scratch, so any operation may use the scratch next.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceSteps(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
   const uint64_t half = regionBytes(ctx.scratchBytes, 2);
-  const uint64_t pieceMax = elementsIn<T>(half);
   const auto* send = reinterpret_cast<const T*>(a.send);
   auto* recv = reinterpret_cast<T*>(a.recv);
   const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  const uint64_t b = team.blockId;
+  const uint64_t chunks = n * team.numBlocks;
+  // Slot capacity in elements, in units of a vector where a slot holds one (setup keeps slots >= 16 bytes).
+  uint64_t slot = half / sizeof(T) / chunks;
+  const uint64_t unit = slot >= kVectorElems<T> ? kVectorElems<T> : 1;
+  slot = slot / unit * unit;
+  const uint64_t pieceMax = slot * chunks;
+  const TeamT block = blockOf(team);
   uint8_t* mine = ctx.peers[ctx.rank].scratch;
-  const uint64_t stride = team.flatCount();
+  auto all = [](int32_t) { return true; };
+  uint64_t round = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&ctx.pairRounds[b]);
   for (uint64_t start = 0; start < a.count; start += pieceMax) {
     const uint64_t c = minU64(pieceMax, a.count - start);
-    const uint64_t lo = c * static_cast<uint64_t>(ctx.rank) / n;
-    const uint64_t hi = c * static_cast<uint64_t>(ctx.rank + 1) / n;
-    // Peers never read this rank's own share from scratch: it is reduced straight from send.
-    copyCooperative(mine, send + start, lo * sizeof(T), team.flatId(), team.flatCount());
-    copyCooperative(mine + hi * sizeof(T), send + start + hi, (c - hi) * sizeof(T), team.flatId(), team.flatCount());
-    rankSyncAll(team, ctx, a.kind);
-    T* out = reinterpret_cast<T*>(mine + half);
-    for (uint64_t i = team.flatId(); i < hi - lo; i += stride) {
-      const uint64_t e = lo + i;
-      // Element e of send is read before recv's element e is written, by the same worker: in-place is safe.
-      const T v = reduceOrdered<T>(a.op, ctx.size, [&](int p) {
-        return p == ctx.rank ? send[start + e] : reinterpret_cast<const T*>(ctx.peers[p].scratch)[e];
-      });
-      out[e] = v;
-      recv[start + e] = v;
+    uint64_t len = (c + chunks - 1) / chunks;
+    len = (len + unit - 1) / unit * unit;  // <= slot: slot is a multiple of unit and c <= slot * chunks
+    // Chunk (q, b) of this piece: elements [lo, hi) of the piece.
+    auto bounds = [&](uint64_t q, uint64_t& lo, uint64_t& hi) {
+      lo = minU64((q * team.numBlocks + b) * len, c);
+      hi = minU64(lo + len, c);
+    };
+    for (uint64_t q = 0; q < n; ++q) {
+      if (q == rank) continue;  // peers never read this rank's own share from scratch: it is reduced from send
+      uint64_t lo, hi;
+      bounds(q, lo, hi);
+      copyCooperative(mine + (q * team.numBlocks + b) * slot * sizeof(T), send + start + lo, (hi - lo) * sizeof(T),
+                      block.flatId(), block.flatCount());
     }
-    rankSyncAll(team, ctx, a.kind);
-    for (int32_t p = 0; p < ctx.size; ++p) {
-      if (p == ctx.rank) continue;
-      const uint64_t plo = c * static_cast<uint64_t>(p) / n;
-      const uint64_t phi = c * static_cast<uint64_t>(p + 1) / n;
-      copyCooperative(recv + start + plo, ctx.peers[p].scratch + half + plo * sizeof(T), (phi - plo) * sizeof(T),
-                      team.flatId(), team.flatCount());
+    pairSync(team, ctx, a.kind, ++round, all);
+    uint64_t lo, hi;
+    bounds(rank, lo, hi);
+    const uint64_t inSlot = (rank * team.numBlocks + b) * slot * sizeof(T);
+    // Element e of send is read before recv's element e is written, by the same worker: in-place is safe.
+    reduceRange<T>(
+        block, ctx, a.op, hi - lo,
+        [&](int p) {
+          return p == ctx.rank ? send + start + lo : reinterpret_cast<const T*>(ctx.peers[p].scratch + inSlot);
+        },
+        reinterpret_cast<T*>(mine + half + b * slot * sizeof(T)), recv + start + lo);
+    pairSync(team, ctx, a.kind, ++round, all);
+    for (uint64_t p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      uint64_t plo, phi;
+      bounds(p, plo, phi);
+      copyCooperative(recv + start + plo, ctx.peers[p].scratch + half + b * slot * sizeof(T), (phi - plo) * sizeof(T),
+                      block.flatId(), block.flatCount());
     }
   }
-  rankSyncAll(team, ctx, a.kind);
+  pairSync(team, ctx, a.kind, ++round, all);
+  if (team.threadId == 0) atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&ctx.pairRounds[b], round);
 }
 
 // ---- one-shot LL16 allreduce ------------------------------------------------------------------------------------
@@ -278,7 +436,8 @@ struct OneShotArgs {
   uint64_t slotBytes;  ///< bytes of one (parity, source) slot: room for the packets of one launch
   ReduceOp op;
   int32_t kind;
-  uint64_t count;  ///< elements of this launch
+  uint64_t count;       ///< elements of this launch
+  uint64_t sendStride;  ///< bytes between the inputs for consecutive ranks in send (reduceScatter); 0: one input
   const uint8_t* send;
   uint8_t* recv;
   uint8_t* packets[kOneShotMaxRanks];  ///< every rank's packet buffer, mapped ([rank]: this rank's own)
@@ -300,6 +459,9 @@ WEFT_HOST_DEVICE_INLINE T payloadElement(uint64_t payload, uint32_t e) {
 /// within the budget; a timeout names the peer) exactly as reduceOrdered does, and writes recv. The same worker
 /// reads and writes the bytes of packet j, so send == recv is safe.
 ///
+/// With a.sendStride != 0 it is a one-shot reduceScatter: peer p gets the a.count elements at send + p * sendStride
+/// and this rank reduces its own (send + rank * sendStride, which in place is recv) with what every peer sent it.
+///
 /// Why two parities are enough: a rank starts launch k + 2, which overwrites parity k & 1 in its peers, only after
 /// its launch k + 1 read every peer's packets of launch k + 1; a peer writes those only in its launch k + 1,
 /// which starts after its launch k (the reader of parity k & 1) has finished.
@@ -310,7 +472,7 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
   constexpr uint32_t kPer = LL16Packet::kPayloadBytes / sizeof(T);  // elements per packet
   static_assert(kPer >= 1 && LL16Packet::kPayloadBytes % sizeof(T) == 0);
   const CollectiveContext& ctx = a.ctx;
-  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed>(&a.state->counter);
+  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
   const uint64_t parity = counter & 1u;
   const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
   const uint64_t bytes = a.count * sizeof(T);
@@ -323,12 +485,17 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
   // Puts: this rank's packets into slot (parity, rank) of every peer.
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
     uint64_t payload[kOneShotUnroll];
-    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-      const uint64_t j = j0 + u * stride;
-      payload[u] = j < packets ? detail::loadPayload<LL16Packet>(a.send + j * 8, bytes - j * 8) : 0;
-    }
+    bool loaded = false;
     for (uint64_t p = 0; p < n; ++p) {
       if (p == rank) continue;
+      if (!loaded || a.sendStride != 0) {
+        const uint8_t* src = a.send + p * a.sendStride;
+        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+          const uint64_t j = j0 + u * stride;
+          payload[u] = j < packets ? detail::loadPayload<LL16Packet>(src + j * 8, bytes - j * 8) : 0;
+        }
+        loaded = true;
+      }
       auto* dst = reinterpret_cast<LL16Packet*>(a.packets[p] + (parity * n + rank) * a.slotBytes);
       for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
         const uint64_t j = j0 + u * stride;
@@ -343,9 +510,10 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
     for (uint64_t p = 0; p < n; ++p) {
       uint64_t payload[kOneShotUnroll];
       if (p == rank) {
+        const uint8_t* own = a.send + rank * a.sendStride;
         for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
           const uint64_t j = j0 + u * stride;
-          payload[u] = j < packets ? detail::loadPayload<LL16Packet>(a.send + j * 8, bytes - j * 8) : 0;
+          payload[u] = j < packets ? detail::loadPayload<LL16Packet>(own + j * 8, bytes - j * 8) : 0;
         }
       } else {
         const auto* src = reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes);
@@ -385,10 +553,87 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
   // Epoch: every worker read the counter above; the last block to get here advances it for the next launch.
   team.blockSync();
   if (team.threadId == 0) {
-    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel>(&a.state->done, 1u);
+    // Device scope: only this grid touches the state; the next launch reads it after this kernel ends.
+    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&a.state->done, 1u);
     if (before == team.numBlocks - 1) {
-      atomicStore<MemoryOrder::kRelaxed>(&a.state->done, 0u);
-      atomicStore<MemoryOrder::kRelease>(&a.state->counter, counter + 1);
+      atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->done, 0u);
+      atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&a.state->counter, counter + 1);
+    }
+  }
+}
+
+/// allGather, one-shot LL16: the put phase of allReduceOneShot (this rank's `count` bytes as packets into slot
+/// (parity, rank) of every peer), then every peer's packets out of this rank's slots into recv + p * recvStride,
+/// and this rank's own bytes from send into recv + rank * recvStride (skipped in place). It shares the packet
+/// buffers and the epoch with the one-shot allreduce: every launch of either reads every peer's packets, which is
+/// what the two-parity argument above needs. `a.count` is in bytes here.
+template <class TeamT>
+WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, uint64_t recvStride) {
+  const CollectiveContext& ctx = a.ctx;
+  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
+  const uint64_t parity = counter & 1u;
+  const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
+  const uint64_t bytes = a.count;
+  const uint64_t packets = packetCount<LL16Packet>(bytes);
+  const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  const uint64_t stride = team.flatCount();
+  const uint64_t round = stride * kOneShotUnroll;
+
+  for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
+    uint64_t payload[kOneShotUnroll];
+    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      const uint64_t j = j0 + u * stride;
+      payload[u] = j < packets ? detail::loadPayload<LL16Packet>(a.send + j * 8, bytes - j * 8) : 0;
+    }
+    for (uint64_t p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      auto* dst = reinterpret_cast<LL16Packet*>(a.packets[p] + (parity * n + rank) * a.slotBytes);
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
+      }
+    }
+    uint8_t* own = a.recv + rank * recvStride;
+    if (own != a.send) {
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j < packets) detail::storePayload<LL16Packet>(own + j * 8, payload[u], bytes - j * 8);
+      }
+    }
+  }
+
+  for (uint64_t p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    const auto* src = reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes);
+    uint8_t* out = a.recv + p * recvStride;
+    for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
+      uint64_t payload[kOneShotUnroll];
+      bool ready[kOneShotUnroll];
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        uint32_t seen = 0;
+        payload[u] = 0;
+        ready[u] = j >= packets || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
+      }
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j >= packets) break;
+        if (!ready[u]) {
+          payload[u] =
+              readPacket(src + j, flag, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
+        }
+        detail::storePayload<LL16Packet>(out + j * 8, payload[u], bytes - j * 8);
+      }
+    }
+  }
+
+  team.blockSync();
+  if (team.threadId == 0) {
+    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&a.state->done, 1u);
+    if (before == team.numBlocks - 1) {
+      atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->done, 0u);
+      atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&a.state->counter, counter + 1);
     }
   }
 }

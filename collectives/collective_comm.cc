@@ -1,5 +1,7 @@
 // CollectiveComm: sets up scratch memory, semaphores and mapped peer scratch on every rank, checks each call's
 // arguments and hands the operation to the kernel (or host thread team) of collective_kernels.cu.
+#include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -132,6 +134,12 @@ AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
               "WEFT_ALLREDUCE_ALGO='" + *env + "': not one of auto, oneshot_ll, scatter_gather");
 }
 
+// The algorithm a [[collectives.allreduce]] rule names (the config parser accepted only these two).
+AllReduceAlgorithm ruleAlgorithm(const std::string& name) {
+  return name == allReduceAlgorithmName(AllReduceAlgorithm::kOneShotLL) ? AllReduceAlgorithm::kOneShotLL
+                                                                        : AllReduceAlgorithm::kScatterGather;
+}
+
 }  // namespace
 
 class CollectiveCommImpl {
@@ -162,11 +170,46 @@ class CollectiveCommImpl {
       const uint64_t perLaunch = options_.oneShotMaxBytes / static_cast<uint64_t>(size_ > 1 ? size_ - 1 : 1) / 16 * 16;
       oneShotLimitBytes_ = perLaunch < 16 ? 16 : perLaunch;
     }
+    for (const AllReduceRule& rule : comm_->config().allReduceRules) {
+      if (rule.ranks == 0 || rule.ranks == size_) rules_.push_back({rule.maxBytes, ruleAlgorithm(rule.algorithm)});
+    }
+    gpuBlocks_ = resolveGpuBlocks();
+    // The block-pair algorithms pair block b of every rank: every rank runs the smallest grid (team) any asks for.
+    // Every rank must also pick the same allreduce algorithm for a size, or each waits for packets (or syncs) the
+    // others never send: the selection's fingerprint travels along and a mismatch fails every rank alike.
+    std::vector<uint32_t> shapes(4 * static_cast<size_t>(size_));
+    const uint64_t selection = selectionFingerprint();
+    shapes[4 * static_cast<size_t>(rank_)] = gpuBlocks_;
+    shapes[4 * static_cast<size_t>(rank_) + 1] = options_.hostThreads;
+    shapes[4 * static_cast<size_t>(rank_) + 2] = static_cast<uint32_t>(selection);
+    shapes[4 * static_cast<size_t>(rank_) + 3] = static_cast<uint32_t>(selection >> 32);
+    comm_->bootstrap().allGather(shapes.data(), 4 * sizeof(uint32_t));
+    for (int p = 0; p < size_; ++p) {
+      const size_t at = 4 * static_cast<size_t>(p);
+      if (shapes[at + 2] != shapes[2] || shapes[at + 3] != shapes[3]) {
+        throw Error(ErrorCode::kInvalidUsage,
+                    "CollectiveComm: ranks 0 and " + std::to_string(p) +
+                        " select allreduce algorithms differently (allReduceAlgorithm, WEFT_ALLREDUCE_ALGO, "
+                        "oneShotMaxBytes or [[collectives.allreduce]] differ); every rank must use the same");
+      }
+    }
+    hostThreads_ = options_.hostThreads;
+    for (int p = 0; p < size_; ++p) {
+      gpuBlocks_ = std::min(gpuBlocks_, shapes[4 * static_cast<size_t>(p)]);
+      hostThreads_ = std::min(hostThreads_, shapes[4 * static_cast<size_t>(p) + 1]);
+    }
+    // Every (rank, block) chunk of a scatter-gather piece gets a slot of at least 16 bytes of the scratch's half.
+    const uint64_t mostBlocks =
+        std::max<uint64_t>(1, regionBytes(options_.scratchBytes, 2) / (16 * static_cast<uint64_t>(size_)));
+    gpuBlocks_ = static_cast<uint32_t>(std::min<uint64_t>(gpuBlocks_, mostBlocks));
+    hostThreads_ = static_cast<uint32_t>(std::min<uint64_t>(hostThreads_, mostBlocks));
     allocate();
     connectPeers();
     logInfo(LogSubsys::kColl,
-            "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, one-shot LL up to {} bytes",
-            rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), oneShotLimitBytes_);
+            "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, {} allreduce rules from "
+            "the config, one-shot LL up to {} bytes; {} blocks per staged kernel ({} ranks on this GPU)",
+            rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), rules_.size(), oneShotLimitBytes_,
+            gpuBlocks_, ranksOnGpu_);
   }
 
   ~CollectiveCommImpl() {
@@ -210,7 +253,7 @@ class CollectiveCommImpl {
     checkedMul(count, dataTypeBytes(type), what);
     if (count == 0) return;
     if (allReduceAlgorithmFor(count, type) == AllReduceAlgorithm::kOneShotLL) {
-      allReduceOneShot(send, recv, count, type, op, stream);
+      reduceOneShot(CollectiveKind::kAllReduce, send, recv, count, 0, type, op, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
@@ -222,6 +265,9 @@ class CollectiveCommImpl {
     if (oneShotLimitBytes_ == 0) return AllReduceAlgorithm::kScatterGather;
     if (algorithm_ != AllReduceAlgorithm::kAuto) return algorithm_;
     const uint64_t es = dataTypeBytes(type);
+    for (const Rule& rule : rules_) {
+      if (rule.maxBytes == 0 || (es != 0 && count <= rule.maxBytes / es)) return rule.algorithm;
+    }
     // One launch, and no larger than the limit: a bigger message moves 2(n-1) times its size in packets per rank,
     // where the staged path's fixed cost (three rank syncs) no longer dominates.
     return es != 0 && count <= oneShotLimitBytes_ / es ? AllReduceAlgorithm::kOneShotLL
@@ -234,6 +280,11 @@ class CollectiveCommImpl {
     checkBuffers(what, send, recv, sendCount);
     checkedMul(checkedMul(sendCount, dataTypeBytes(type), what), static_cast<uint64_t>(size_), what);
     if (sendCount == 0) return;
+    const uint64_t bytes = sendCount * dataTypeBytes(type);
+    if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_) {
+      allGatherOneShot(send, recv, bytes, stream);
+      return;
+    }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllGather);
     fill(a, send, recv, sendCount, ReduceOp::kSum, 0);
     run(a, type, stream);
@@ -245,6 +296,11 @@ class CollectiveCommImpl {
     checkBuffers(what, send, recv, recvCount);
     checkedMul(checkedMul(recvCount, dataTypeBytes(type), what), static_cast<uint64_t>(size_), what);
     if (recvCount == 0) return;
+    if (oneShotLimitBytes_ != 0 && recvCount * dataTypeBytes(type) <= oneShotLimitBytes_) {
+      reduceOneShot(CollectiveKind::kReduceScatter, send, recv, recvCount, recvCount * dataTypeBytes(type), type, op,
+                    stream);
+      return;
+    }
     CollectiveArgs a = baseArgs(CollectiveKind::kReduceScatter);
     fill(a, send, recv, recvCount, op, 0);
     run(a, type, stream);
@@ -371,8 +427,12 @@ class CollectiveCommImpl {
   }
 
  private:
-  // One-shot launches of at most oneShotLimitBytes_ each (one for every message kAuto sends this way).
-  void allReduceOneShot(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, hipStream_t stream) {
+  // One-shot launches of at most oneShotLimitBytes_ each (one for every message kAuto sends this way): an
+  // allreduce (sendStride 0) or a reduceScatter of `count` elements per rank, whose input for rank p starts at
+  // send + p * sendStride.
+  void reduceOneShot(CollectiveKind kind, const void* send, void* recv, uint64_t count, uint64_t sendStride,
+                     DataType type, ReduceOp op, hipStream_t stream) {
+    const char* what = collectiveKindName(kind);
     const uint64_t es = dataTypeBytes(type);
     const uint64_t chunk = oneShotLimitBytes_ / es;
     OneShotArgs a{};
@@ -380,7 +440,8 @@ class CollectiveCommImpl {
     a.state = oneShotState_;
     a.slotBytes = oneShotSlotBytes_;
     a.op = op;
-    a.kind = static_cast<int32_t>(CollectiveKind::kAllReduce);
+    a.kind = static_cast<int32_t>(kind);
+    a.sendStride = sendStride;
     for (int p = 0; p < size_; ++p) a.packets[p] = packetPeers_[static_cast<size_t>(p)];
     for (uint64_t start = 0; start < count; start += chunk) {
       a.count = count - start < chunk ? count - start : chunk;
@@ -389,14 +450,38 @@ class CollectiveCommImpl {
       checkError();
       hipError_t e = hipSuccess;
       try {
-        e = launchAllReduceOneShot(a, type, options_.hostThreads, stream);
+        e = launchAllReduceOneShot(a, type, hostThreads_, stream);
       } catch (const Error& error) {
-        throw Error(error.code(), std::string("allreduce: ") + error.message());
+        throw Error(error.code(), std::string(what) + ": " + error.message());
       }
       if (e != hipSuccess) {
         checkError();
-        throw Error(ErrorCode::kGpuError, std::string("allreduce: kernel launch failed: ") + hipGetErrorString(e));
+        throw Error(ErrorCode::kGpuError, std::string(what) + ": kernel launch failed: " + hipGetErrorString(e));
       }
+    }
+  }
+
+  // One one-shot allgather launch: every rank's `bytes` go as packets (bytes <= oneShotLimitBytes_).
+  void allGatherOneShot(const void* send, void* recv, uint64_t bytes, hipStream_t stream) {
+    OneShotArgs a{};
+    a.ctx = context_;
+    a.state = oneShotState_;
+    a.slotBytes = oneShotSlotBytes_;
+    a.kind = static_cast<int32_t>(CollectiveKind::kAllGather);
+    for (int p = 0; p < size_; ++p) a.packets[p] = packetPeers_[static_cast<size_t>(p)];
+    a.count = bytes;
+    a.send = static_cast<const uint8_t*>(send);
+    a.recv = static_cast<uint8_t*>(recv);
+    checkError();
+    hipError_t e = hipSuccess;
+    try {
+      e = launchAllGatherOneShot(a, bytes, hostThreads_, stream);
+    } catch (const Error& error) {
+      throw Error(error.code(), std::string("allgather: ") + error.message());
+    }
+    if (e != hipSuccess) {
+      checkError();
+      throw Error(ErrorCode::kGpuError, std::string("allgather: kernel launch failed: ") + hipGetErrorString(e));
     }
   }
 
@@ -442,16 +527,83 @@ class CollectiveCommImpl {
     }
   }
 
+  // What decides allReduceAlgorithmFor, hashed (FNV-1a): the forced algorithm, the one-shot limit and the rules.
+  uint64_t selectionFingerprint() const {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](uint64_t v) {
+      for (int i = 0; i < 8; ++i) {
+        h ^= (v >> (8 * i)) & 0xffu;
+        h *= 0x100000001b3ull;
+      }
+    };
+    mix(static_cast<uint64_t>(algorithm_));
+    mix(oneShotLimitBytes_);
+    for (const Rule& rule : rules_) {
+      mix(rule.maxBytes);
+      mix(static_cast<uint64_t>(rule.algorithm));
+    }
+    return h;
+  }
+
+  // Grid of the staged kernels: as options or WEFT_COLL_GPU_BLOCKS say, else sized by the ranks sharing this GPU
+  // (same host, same PCI bus id: an allGather every rank makes).
+  uint32_t resolveGpuBlocks() {
+    int64_t want = options_.gpuBlocks;
+    if (want == 0) want = paramInt("WEFT_COLL_GPU_BLOCKS");
+    if (want < 0 || want > static_cast<int64_t>(kGpuMaxBlocks)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CollectiveComm: gpuBlocks " + std::to_string(want) +
+                      " (CollectiveOptions::gpuBlocks or WEFT_COLL_GPU_BLOCKS) outside [0, " +
+                      std::to_string(kGpuMaxBlocks) + "]");
+    }
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    int device = 0;
+    char bus[64] = {};
+    checkGpu(hipGetDevice(&device), "hipGetDevice");
+    checkGpu(hipDeviceGetPCIBusId(bus, sizeof(bus), device), "hipDeviceGetPCIBusId");
+    const uint64_t key =
+        comm_->peers()[static_cast<size_t>(rank_)].hostHash ^ (std::hash<std::string>{}(bus)*0x9e3779b97f4a7c15ull);
+    std::vector<uint64_t> keys(static_cast<size_t>(size_));
+    keys[static_cast<size_t>(rank_)] = key;
+    comm_->bootstrap().allGather(keys.data(), sizeof(uint64_t));
+    ranksOnGpu_ = static_cast<uint32_t>(std::count(keys.begin(), keys.end(), key));
+    const uint32_t limit = collectiveGridBlocks(ranksOnGpu_);
+    if (want == 0) return limit;
+    if (want > static_cast<int64_t>(limit)) {
+      logWarn(LogSubsys::kColl,
+              "collectives: rank {}: {} blocks asked for, {} used: that is what this GPU holds resident of the "
+              "staged kernels, divided among the {} ranks sharing it; more would leave blocks unscheduled behind "
+              "spinning ones",
+              rank_, want, limit, ranksOnGpu_);
+      return limit;
+    }
+    return static_cast<uint32_t>(want);
+#else
+    return static_cast<uint32_t>(want == 0 ? 1 : want);
+#endif
+  }
+
+  // The scratch allocation: the staging regions, then the block-pair flags (kMaxPairBlocks rows of one flag per
+  // rank, written by peers) and this rank's round counter per block.
+  uint64_t pairFlagCount() const { return uint64_t{kMaxPairBlocks} * static_cast<uint64_t>(size_); }
+  uint64_t pairFlagsOffset() const {
+    return (options_.scratchBytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
+  }
+  uint64_t scratchAllocBytes() const {
+    return pairFlagsOffset() + (pairFlagCount() + kMaxPairBlocks) * sizeof(uint64_t);
+  }
+  uint64_t* pairFlagsOf(uint8_t* scratch) const { return reinterpret_cast<uint64_t*>(scratch + pairFlagsOffset()); }
+
   void allocate() {
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
     void* p = nullptr;
-    checkGpu(hipMalloc(&p, options_.scratchBytes), "hipMalloc of collective scratch");
+    checkGpu(hipMalloc(&p, scratchAllocBytes()), "hipMalloc of collective scratch");
     scratch_ = std::shared_ptr<void>(p, [](void* q) { (void)hipFree(q); });
-    checkGpu(hipMemset(p, 0, options_.scratchBytes), "hipMemset of collective scratch");
+    checkGpu(hipMemset(p, 0, scratchAllocBytes()), "hipMemset of collective scratch");
 #else
-    scratch_ = allocSharedHostMemory(options_.scratchBytes);
+    scratch_ = allocSharedHostMemory(scratchAllocBytes());
 #endif
-    localScratch_ = comm_->registerMemory(scratch_.get(), options_.scratchBytes, kScratchKind);
+    localScratch_ = comm_->registerMemory(scratch_.get(), scratchAllocBytes(), kScratchKind);
   }
 
   void connectPeers() {
@@ -466,6 +618,7 @@ class CollectiveCommImpl {
       slot = PeerSlot{};
       if (p == rank_) {
         slot.scratch = static_cast<uint8_t*>(scratch_.get());
+        slot.pairFlags = pairFlagsOf(slot.scratch);
         continue;
       }
       RegisteredMemory remote = comm_->recvMemory(p, kScratchTag);
@@ -474,7 +627,7 @@ class CollectiveCommImpl {
                                                   std::to_string(p) + "'s scratch (transport " +
                                                   comm_->transportFor(p, kScratchKind) + " has no load/store path)");
       }
-      if (remote.size() < options_.scratchBytes) {
+      if (remote.size() < scratchAllocBytes()) {
         throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: rank " + std::to_string(p) + "'s scratch is " +
                                                      std::to_string(remote.size()) + " bytes, this rank's is " +
                                                      std::to_string(options_.scratchBytes) +
@@ -483,6 +636,7 @@ class CollectiveCommImpl {
       auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(*comm_, comm_->connect(p, kConnectTag, kScratchKind),
                                                                 kSemaphoreTag, kScratchKind);
       slot.scratch = static_cast<uint8_t*>(remote.data());
+      slot.pairFlags = pairFlagsOf(slot.scratch);
       slot.sem = sem->deviceHandle(waitOptions);
       semaphores_.push_back(std::move(sem));
       remoteScratch_[static_cast<size_t>(p)] = std::move(remote);
@@ -501,6 +655,8 @@ class CollectiveCommImpl {
     context_.barrier = &barrierHost_;
 #endif
     context_.scratchBytes = options_.scratchBytes;
+    context_.pairFlags = pairFlagsOf(static_cast<uint8_t*>(scratch_.get()));
+    context_.pairRounds = context_.pairFlags + pairFlagCount();
     context_.budgetNs = budgetNs_;
     context_.record = errors_.deviceRecord();
     context_.rank = rank_;
@@ -565,7 +721,7 @@ class CollectiveCommImpl {
     checkError();  // an earlier kernel's timeout: the channels are out of step, refuse to go on
     hipError_t e = hipSuccess;
     try {
-      e = launchCollective(a, type, options_.hostThreads, stream);
+      e = launchCollective(a, type, gpuBlocks_, hostThreads_, stream);
     } catch (const Error& error) {
       throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
     }
@@ -589,6 +745,15 @@ class CollectiveCommImpl {
   CollectiveContext context_{};
   AllReduceAlgorithm algorithm_ = AllReduceAlgorithm::kAuto;
   uint64_t oneShotLimitBytes_ = 0;  // bytes per one-shot launch; 0: no one-shot path
+  // [[collectives.allreduce]] rules for this many ranks, in file order.
+  struct Rule {
+    uint64_t maxBytes;
+    AllReduceAlgorithm algorithm;
+  };
+  std::vector<Rule> rules_;
+  uint32_t gpuBlocks_ = 1;    // grid of the staged kernels (GPU builds), the same on every rank
+  uint32_t hostThreads_ = 1;  // workers of a host team (host builds), the same on every rank
+  uint32_t ranksOnGpu_ = 1;   // ranks of this communicator on this rank's GPU, itself included
   uint64_t oneShotSlotBytes_ = 0;
   std::shared_ptr<void> packets_;
   RegisteredMemory localPackets_;

@@ -5,6 +5,7 @@
 #include "collective_launch.hpp"
 
 #if !defined(WEFT_COMPILER_CUDA) && !defined(WEFT_COMPILER_HIP)
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -63,6 +64,10 @@ WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotKernel(OneShotArgs ar
   allReduceOneShot<T>(gpuTeam(), args);
 }
 
+WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotGatherKernel(OneShotArgs args, uint64_t recvStride) {
+  allGatherOneShot(gpuTeam(), args, recvStride);
+}
+
 WEFT_GLOBAL void __launch_bounds__(kGpuThreads) movingKernel(CollectiveArgs args, uint64_t elementBytes) {
   runMoving(gpuTeam(), args, elementBytes);
 }
@@ -103,20 +108,68 @@ void runHostTeam(uint32_t workers, uint32_t* abort, Body&& body) {
 
 }  // namespace
 
-hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t hostThreads, hipStream_t stream) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+namespace {
+
+// Blocks of `kernel` (kGpuThreads threads each) one SM holds at once; at least 1.
+template <class Kernel>
+int blocksPerSm(Kernel kernel) {
+  int perSm = 0;
+#if defined(WEFT_COMPILER_CUDA)
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kGpuThreads, 0);
+#else
+  const hipError_t e = hipOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kGpuThreads, 0);
+#endif
+  return e != hipSuccess || perSm < 1 ? 1 : perSm;
+}
+
+// Blocks of the staged kernels the current GPU holds resident at once: SMs x the blocks per SM of the heaviest of
+// them (by registers: on sm_90 the moving kernel and most reductions use 114-128 registers per thread, one block of
+// 512 threads per SM, while the fp8 ones use 64), 0 when the device cannot be queried.
+uint64_t residentGridBlocks() {
+  int device = 0;
+  hipDeviceProp_t prop{};
+  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 0;
+  int perSm = blocksPerSm(movingKernel);
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    withElementType(static_cast<DataType>(t),
+                    [&](auto element) { perSm = std::min(perSm, blocksPerSm(reducingKernel<decltype(element)>)); });
+  }
+  return static_cast<uint64_t>(prop.multiProcessorCount) * static_cast<uint64_t>(perSm);
+}
+
+}  // namespace
+#endif
+
+uint32_t collectiveGridBlocks(uint32_t ranksOnGpu) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+  uint64_t blocks = residentGridBlocks() / (ranksOnGpu == 0 ? 1 : ranksOnGpu);
+  if (blocks < 1) blocks = 1;
+  if (blocks > kGpuMaxBlocks) blocks = kGpuMaxBlocks;
+  return static_cast<uint32_t>(blocks);
+#else
+  (void)ranksOnGpu;
+  return kGpuMaxBlocks;
+#endif
+}
+
+hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t gpuBlocks, uint32_t hostThreads,
+                            hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
+  const uint32_t blocks = gpuBlocks == 0 ? 1 : gpuBlocks;
   if (isReducing(args.kind)) {
     withElementType(type, [&](auto element) {
       using T = decltype(element);
-      reducingKernel<T><<<kGpuBlocks, kGpuThreads, 0, stream>>>(args);
+      reducingKernel<T><<<blocks, kGpuThreads, 0, stream>>>(args);
     });
   } else {
-    movingKernel<<<kGpuBlocks, kGpuThreads, 0, stream>>>(args, dataTypeBytes(type));
+    movingKernel<<<blocks, kGpuThreads, 0, stream>>>(args, dataTypeBytes(type));
   }
   return hipGetLastError();
 #else
   (void)stream;
+  (void)gpuBlocks;
   const uint32_t workers = hostThreads == 0 ? 1 : hostThreads;
   runHostTeam(workers, &args.ctx.barrier->abort, [&](const Team<HostBlockSync>& team) {
     if (isReducing(args.kind)) {
@@ -148,6 +201,24 @@ hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr, [&](const Team<HostBlockSync>& team) {
     withElementType(type, [&](auto element) { allReduceOneShot<decltype(element)>(team, args); });
   });
+  return hipSuccess;
+#endif
+}
+
+hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t hostThreads,
+                                  hipStream_t stream) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+  (void)hostThreads;
+  const uint64_t packets = packetCount<LL16Packet>(args.count);
+  const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
+  uint64_t blocks = (packets + perBlock - 1) / perBlock;
+  blocks = blocks == 0 ? 1 : (blocks > kOneShotMaxBlocks ? kOneShotMaxBlocks : blocks);
+  oneShotGatherKernel<<<static_cast<uint32_t>(blocks), kOneShotThreads, 0, stream>>>(args, recvStride);
+  return hipGetLastError();
+#else
+  (void)stream;
+  runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr,
+              [&](const Team<HostBlockSync>& team) { allGatherOneShot(team, args, recvStride); });
   return hipSuccess;
 #endif
 }

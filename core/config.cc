@@ -43,8 +43,16 @@ const std::vector<std::string> kShippedTransports = {"host", "cuda_ipc", "libfab
 
 constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 
-// The one table of known transport options (see config.hpp). host takes none yet.
+// The one table of known transport options (see config.hpp).
 const std::vector<TransportOptionInfo> kKnownOptions = {
+    {"host",
+     "io_timeout_ms",
+     OptionType::kInt,
+     {},
+     1,
+     600000,
+     "Budget in milliseconds of each socket read or write the memory-sharing server does for one importing peer "
+     "(default 2000): a peer that stalls mid-request is dropped after it, and the server goes on serving others."},
     {"cuda_ipc",
      "handle_type",
      OptionType::kString,
@@ -75,6 +83,16 @@ const std::vector<TransportOptionInfo> kKnownOptions = {
      0,
      0,
      "Run a dedicated thread that drives libfabric progress (for providers with manual progress)."},
+    {"libfabric",
+     "signals",
+     OptionType::kString,
+     {"auto", "data_after_completion", "atomic"},
+     0,
+     0,
+     "How a signal reaches the peer: \"data_after_completion\" (64-bit CQ data of a small write, posted once the "
+     "writes before it completed, applied by the target's progress thread), \"atomic\" (fi_atomic add after the "
+     "writes completed) or \"auto\" (CQ data right behind the writes where the provider delivers them in order, "
+     "else after their completion; atomics where it carries no 8 bytes of CQ data)."},
     {"ibverbs",
      "device",
      OptionType::kString,
@@ -274,13 +292,14 @@ class FileParser {
   FileParser(const std::string& source, Config& config) : source_(source), config_(config) {}
 
   void parseRoot(const toml::table& root) {
-    checkKeys(root, "", {"plugins", "transports", "transport", "bootstrap", "proxy", "nccl", "log"});
+    checkKeys(root, "", {"plugins", "transports", "transport", "bootstrap", "proxy", "nccl", "collectives", "log"});
     if (const toml::node* n = root.get("plugins")) parsePlugins(tableOf(*n, "plugins"));
     if (const toml::node* n = root.get("transports")) parseTransports(tableOf(*n, "transports"));
     if (const toml::node* n = root.get("transport")) parseTransportOptions(tableOf(*n, "transport"));
     if (const toml::node* n = root.get("bootstrap")) parseBootstrap(tableOf(*n, "bootstrap"));
     if (const toml::node* n = root.get("proxy")) parseProxy(tableOf(*n, "proxy"));
     if (const toml::node* n = root.get("nccl")) parseNccl(tableOf(*n, "nccl"));
+    if (const toml::node* n = root.get("collectives")) parseCollectives(tableOf(*n, "collectives"));
     if (const toml::node* n = root.get("log")) parseLog(tableOf(*n, "log"));
   }
 
@@ -462,6 +481,41 @@ class FileParser {
       }
       config_.ncclForceFallback = std::move(ops);
     }
+  }
+
+  void parseCollectives(const toml::table& table) {
+    checkKeys(table, "collectives.", {"allreduce"});
+    const toml::node* n = table.get("allreduce");
+    if (n == nullptr) return;
+    if (!n->is_array_of_tables())
+      failType(*n, "collectives.allreduce", "an array of tables ([[collectives.allreduce]])");
+    std::vector<AllReduceRule> rules;
+    for (const toml::node& element : *n->as_array()) {
+      const std::string path = "collectives.allreduce[" + std::to_string(rules.size()) + "]";
+      const toml::table& t = *element.as_table();
+      checkKeys(t, path + ".", {"ranks", "max_bytes", "algorithm"});
+      AllReduceRule rule;
+      if (const toml::node* v = t.get("ranks")) {
+        const int64_t ranks = intOf(*v, path + ".ranks");
+        if (ranks < 0 || ranks > kIntMax) fail(v->source(), "'" + path + ".ranks' must be in [0, 2^31), 0 for any");
+        rule.ranks = static_cast<int>(ranks);
+      }
+      if (const toml::node* v = t.get("max_bytes")) {
+        const int64_t bytes = intOf(*v, path + ".max_bytes");
+        if (bytes < 0) fail(v->source(), "'" + path + ".max_bytes' must be >= 0 (0: any size)");
+        rule.maxBytes = static_cast<uint64_t>(bytes);
+      }
+      const toml::node* a = t.get("algorithm");
+      if (a == nullptr) fail(element.source(), "'" + path + "' has no 'algorithm'");
+      rule.algorithm = stringOf(*a, path + ".algorithm");
+      const auto& known = allReduceRuleAlgorithms();
+      if (std::find(known.begin(), known.end(), rule.algorithm) == known.end()) {
+        fail(a->source(), "'" + path + ".algorithm' must be one of \"oneshot_ll\", \"scatter_gather\", got '" +
+                              printable(rule.algorithm) + "'");
+      }
+      rules.push_back(std::move(rule));
+    }
+    config_.allReduceRules = std::move(rules);
   }
 
   void parseLog(const toml::table& table) {
@@ -733,6 +787,11 @@ Config Config::parse(std::string_view tomlText, const std::string& sourceName) {
   }
   FileParser(sourceName, config).parseRoot(root);
   return config;
+}
+
+const std::vector<std::string>& allReduceRuleAlgorithms() {
+  static const std::vector<std::string> kAlgorithms = {"oneshot_ll", "scatter_gather"};
+  return kAlgorithms;
 }
 
 const std::vector<std::string>& ncclFallbackOperations() {

@@ -75,6 +75,8 @@ void Connection::atomicAdd(const RegisteredMemory& dst, uint64_t dstOffset, uint
 
 void Connection::flush(std::chrono::milliseconds timeout) { impl_->connection.flush(timeout); }
 
+uint32_t Connection::progress() { return impl_->endpoint.plugin()->progress(); }
+
 const std::string& Connection::transport() const { return impl_->transport; }
 
 int Connection::remoteRank() const { return impl_->remoteRank; }

@@ -29,8 +29,15 @@ bool Host2HostSemaphore::poll() {
 
 void Host2HostSemaphore::wait(std::chrono::nanoseconds budget) {
   const uint64_t want = expected_ + 1;
-  bool ok = spinWaitUntil([&] { return atomicLoad<MemoryOrder::kAcquire>(inbound_) >= want; },
-                          WaitBudget{static_cast<uint64_t>(budget.count())});
+  // The waiting thread drives the transport's progress itself (libfabric: reads its completion queue, which applies
+  // the peer's signal), as a raw libfabric loop's waiter does: one thread on the path instead of two.
+  bool ok = spinWaitUntil(
+      [&] {
+        if (atomicLoad<MemoryOrder::kAcquire>(inbound_) >= want) return true;
+        connection_->progress();
+        return atomicLoad<MemoryOrder::kAcquire>(inbound_) >= want;
+      },
+      WaitBudget{static_cast<uint64_t>(budget.count())});
   if (!ok) {
     throw Error(ErrorCode::kTimeout, "rank " + std::to_string(rank_) + ": host2host semaphore wait for rank " +
                                          std::to_string(peer_) + " ran out after " +

@@ -77,6 +77,9 @@ const std::vector<ParamInfo> kParams = {
      "Algorithm of CollectiveComm::allReduce when the code leaves CollectiveOptions::allReduceAlgorithm at auto: "
      "auto (one-shot LL16 for small messages, scatter-gather above), oneshot_ll or scatter_gather. Must be the same on "
      "every rank."},
+    {"WEFT_COLL_GPU_BLOCKS", "int", "0",
+     "Blocks of each staged collective kernel (1..256) when the code leaves CollectiveOptions::gpuBlocks at 0; 0 sizes "
+     "the grid from the GPU (half its resident blocks, divided among the ranks sharing it)."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},

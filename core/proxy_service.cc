@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <weft/error.hpp>
 #include <weft/gpu.hpp>
@@ -136,6 +137,7 @@ struct ProxyServiceImpl {
   std::vector<ChannelInfo> channels;
   std::map<const Connection*, int> threadOfConnection;
   int nextThread = 0;
+  std::atomic<uint64_t> channelsVersion{0};  // bumped by each portChannel, so idle threads refresh their copies
 
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
@@ -249,6 +251,24 @@ struct ProxyServiceImpl {
     pinThisThread(index);
     Fifo& fifo = *fifos[index];
     std::vector<ChannelInfo> known;  // this thread's copy of `channels`, refreshed when an id is beyond it
+    // One connection per transport among this thread's channels: while idle the thread drives those transports'
+    // progress (libfabric's manual progress), so their own progress threads can rest instead of spinning beside it.
+    std::vector<Connection*> progressors;
+    uint64_t seenVersion = ~uint64_t{0};
+    auto refresh = [&] {
+      std::lock_guard<std::mutex> lock(mutex);
+      known = channels;
+      seenVersion = channelsVersion.load();
+      progressors.clear();
+      std::set<std::string> transports;
+      for (const ChannelInfo& c : known) {
+        auto it = threadOfConnection.find(c.connection);
+        if (it != threadOfConnection.end() && it->second == index &&
+            transports.insert(c.connection->transport()).second) {
+          progressors.push_back(c.connection);
+        }
+      }
+    };
     auto idleSince = std::chrono::steady_clock::now();
     uint32_t idlePolls = 0;
     const std::string where = "proxy thread " + std::to_string(index);
@@ -256,6 +276,13 @@ struct ProxyServiceImpl {
       while (!stopping.load(std::memory_order_relaxed)) {
         FifoTrigger head{};
         if (!fifo.poll(&head)) {
+          if (seenVersion != channelsVersion.load(std::memory_order_relaxed)) refresh();
+          uint32_t moved = 0;
+          for (Connection* c : progressors) moved += c->progress();
+          if (moved > 0) {
+            idlePolls = 0;
+            continue;
+          }
           // Spin while requests are fresh (latency), back off when idle for a while (CPU for others).
           if (++idlePolls < 4096) continue;
           if (idlePolls == 4096) idleSince = std::chrono::steady_clock::now();
@@ -287,10 +314,7 @@ struct ProxyServiceImpl {
                                                      ": malformed trigger at fifo position " +
                                                      std::to_string(fifo.finished()));
         }
-        if (r.channel >= known.size()) {
-          std::lock_guard<std::mutex> lock(mutex);
-          known = channels;
-        }
+        if (r.channel >= known.size()) refresh();
         if (r.channel >= known.size()) {
           throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(comm.rank()) + ": " + where +
                                                        ": trigger names port channel " + std::to_string(r.channel) +
@@ -409,6 +433,7 @@ PortChannel ProxyService::portChannel(SemaphoreId semaphore, MemoryId dst, Memor
   }
   const uint32_t id = static_cast<uint32_t>(impl_->channels.size());
   impl_->channels.push_back(ChannelInfo{sem.connection().get(), &m[dst], &m[src], &sem.remoteInbound(), sem.peer()});
+  impl_->channelsVersion.fetch_add(1);
   PortChannelDeviceHandle h{};
   h.fifo = impl_->fifos[it->second]->deviceHandle(impl_->options.budgetNs);
   h.fifo.site.channel = static_cast<int32_t>(id);

@@ -287,6 +287,15 @@ void TransportConnection::atomicAdd(const TransportRemoteMemory& dst, uint64_t d
   if (rc != weftSuccess) plugin->throwFailure("atomicAdd", rc);
 }
 
+uint32_t TransportPlugin::progress() {
+  auto fn = entry(&weftTransport_v1::progress);
+  if (fn == nullptr) return 0;
+  uint32_t handled = 0;
+  weftResult_t rc = fn(state_, &handled);
+  if (rc != weftSuccess) throwFailure("progress", rc);
+  return handled;
+}
+
 void TransportConnection::flush(std::chrono::nanoseconds timeout) {
   if (!object_) throw Error(ErrorCode::kInvalidUsage, "flush() on an empty TransportConnection");
   const auto& plugin = object_->plugin;

@@ -78,6 +78,13 @@ class TransportPlugin : public std::enable_shared_from_this<TransportPlugin> {
   TransportRemoteMemory importMemory(const std::vector<uint8_t>& blob,
                                      std::chrono::nanoseconds timeout = kDefaultTransportTimeout);
 
+  /// Whether the plugin has a progress entry (ABI 1.1): its target side moves only while someone reads its
+  /// completions, and progress() is how a caller's thread does that.
+  bool drivesProgress() const { return entry(&weftTransport_v1::progress) != nullptr; }
+  /// Drives the plugin's progress once from this thread; returns how many events it handled (0 without the entry).
+  /// Throws the plugin's error when it fails.
+  uint32_t progress();
+
   /// The raw table and state, for code that must call the ABI itself.
   const weftTransport_v1& table() const { return *table_; }
   void* state() const { return state_; }

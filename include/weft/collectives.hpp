@@ -85,6 +85,11 @@ struct CollectiveOptions {
   /// Builds without a GPU: threads per rank that run each operation (the calling thread among them), 1..64.
   /// Ignored on GPU builds.
   uint32_t hostThreads = 4;
+  /// GPU builds: blocks of each staged collective kernel (scatter-gather allreduce, reduce-scatter, allgather, ...),
+  /// 1..256. 0 lets WEFT_COLL_GPU_BLOCKS choose, and when that is unset or 0 sizes the grid from the GPU: half the
+  /// blocks its SMs hold resident, divided among the ranks that share the GPU. Ranks may differ. Ignored on host
+  /// builds.
+  uint32_t gpuBlocks = 0;
   /// allReduce's algorithm. kAuto lets the environment variable WEFT_ALLREDUCE_ALGO (auto, oneshot_ll,
   /// scatter_gather) choose; any other value is used as given and the variable is ignored. Every rank must end up
   /// with the same setting.

@@ -60,7 +60,9 @@ class Communicator {
   std::string transportFor(int peer, MemoryKind kind) const;
 
   /// Registers `bytes` at `ptr` with every transport this rank uses to reach its peers with memory of `kind`.
-  /// Host memory that peers on this host should reach must come from allocSharedHostMemory().
+  /// Host memory that peers on this host should reach must come from allocSharedHostMemory(). The memory must stay
+  /// allocated until this Communicator is destroyed: a network transport receives peers' writes into it for as long as
+  /// its endpoint is open, including writes still in flight when a link died.
   RegisteredMemory registerMemory(void* ptr, uint64_t bytes, MemoryKind kind);
 
   /// Sends a local registration to `peer` (pairs with recvMemory on the peer, same tag).

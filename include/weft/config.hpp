@@ -49,6 +49,18 @@ const std::vector<TransportOptionInfo>& knownTransportOptions();
 /// "reducescatter", "broadcast", "reduce", "alltoall", "gather", "scatter", "sendrecv" and "all".
 const std::vector<std::string>& ncclFallbackOperations();
 
+/// One rule of [[collectives.allreduce]]: allreduces of `ranks` ranks (0: any number) and at most `maxBytes` bytes
+/// (0: any size) run `algorithm` ("oneshot_ll" or "scatter_gather"). weft-bench collectives --tune writes them.
+struct AllReduceRule {
+  int ranks = 0;
+  uint64_t maxBytes = 0;
+  std::string algorithm;
+  bool operator==(const AllReduceRule&) const = default;
+};
+
+/// The algorithm names [[collectives.allreduce]] accepts: "oneshot_ll" and "scatter_gather".
+const std::vector<std::string>& allReduceRuleAlgorithms();
+
 /// The parsed configuration. A value type: copy it freely. Built by defaults(), parse(), fromFile() or load().
 struct Config {
   /// [plugins] path: directories searched for plugins, in order, before the build and install directories.
@@ -71,6 +83,9 @@ struct Config {
   /// [nccl] force_fallback: operations libweft_nccl.so always sends to the fallback library (names from
   /// ncclFallbackOperations()); empty = only what weft cannot run.
   std::vector<std::string> ncclForceFallback;
+  /// [[collectives.allreduce]]: the allreduce selection, first matching rule first; sizes no rule covers take the
+  /// built-in selection. Used when neither CollectiveOptions nor WEFT_ALLREDUCE_ALGO forces an algorithm.
+  std::vector<AllReduceRule> allReduceRules;
   /// [log] level and subsys, as WEFT_LOG_LEVEL / WEFT_LOG_SUBSYS take them; empty = not set by the config.
   std::string logLevel, logSubsys;
   /// Where the values came from: "built-in defaults" or the file's path.

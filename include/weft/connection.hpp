@@ -29,6 +29,12 @@ class Connection {
   /// Returns once every earlier write and atomicAdd has completed; throws kTimeout after `timeout`.
   void flush(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+  /// Drives the transport's progress once from this thread and returns how many events it handled; 0 at once for
+  /// transports that progress by themselves. Connections over one transport share its progress: calling it on one
+  /// of them serves all. ProxyService's threads call it while idle; a host thread that polls for a peer's signal
+  /// over libfabric may call it too.
+  uint32_t progress();
+
   /// The transport carrying this connection ("host", "libfabric", ...).
   const std::string& transport() const;
 

@@ -89,6 +89,15 @@ WEFT_HOST_DEVICE_INLINE void reportWaitTimeout(const WaitSite& site, WaitOp op, 
       site.record->budgetNs = local.budgetNs;
       atomicStore<MemoryOrder::kRelease>(&site.record->state, 2u);
     }
+#if defined(WEFT_DEVICE_COMPILE)
+    // A trap ends every thread of the context at once, stores still in flight included: the writer pushes its
+    // record out to host memory first, and a thread that lost the race waits (a bounded while) for the writer to
+    // finish, else its trap could end the kernel with the record half written or never seen by the host.
+    fence<MemoryOrder::kSeqCst, Scope::kSystem>();
+    const uint64_t start = clockNanoseconds();
+    while (atomicLoad<MemoryOrder::kAcquire>(&site.record->state) != 2u && clockNanoseconds() - start < 10000000u) {
+    }
+#endif
   }
 #if defined(WEFT_DEVICE_COMPILE) && defined(WEFT_COMPILER_CUDA)
   __trap();

@@ -22,8 +22,8 @@ class Host2HostSemaphore {
   /// Consumes one signal if one has arrived (acquire): returns whether it did.
   bool poll();
 
-  /// Waits for the next signal (acquire). Throws Error(kTimeout) naming the peer, the expected and the
-  /// seen value when `budget` runs out.
+  /// Waits for the next signal (acquire), driving the connection's progress while it spins (Connection::progress).
+  /// Throws Error(kTimeout) naming the peer, the expected and the seen value when `budget` runs out.
   void wait(std::chrono::nanoseconds budget = std::chrono::seconds(30));
 
   /// Signals received so far (relaxed read of the inbound counter).

@@ -326,8 +326,10 @@ void allReduceWith(int rank, int size, const UniqueId& id, uint64_t seed, AllRed
   r.comm->bootstrap().barrier();
 }
 
-void everyCollective(int rank, int size, const UniqueId& id, uint64_t seed) {
-  GpuRank r(rank, size, id, 8192);  // small scratch: the 5000-element cases go in many pieces
+void everyCollective(int rank, int size, const UniqueId& id, uint64_t seed, bool oneShot = true) {
+  CollectiveOptions o = withScratch(8192);  // small scratch: the 5000-element cases go in many pieces
+  if (!oneShot) o.oneShotMaxBytes = 0;      // every allreduce and allgather through scratch
+  GpuRank r(rank, size, id, o);
   Stream stream;
   const std::vector<Case> cases = matrix(size);
   for (size_t i = 0; i < cases.size() && !::testing::Test::HasFailure(); ++i) {
@@ -459,7 +461,63 @@ void oneShotGraphReplay(int rank, int size, const UniqueId& id, uint64_t seed) {
   (void)cudaGraphDestroy(graph);
   comm->bootstrap().barrier();
 }
+
 #endif
+
+// Buffers one element past a 16-byte boundary (send, recv, both, or in place) take the element-by-element path of
+// the reductions, aligned ones the 16-byte vector path; both give the reference. One scratch piece and several.
+void misalignedReductions(int rank, int size, const UniqueId& id, uint64_t seed) {
+  for (uint64_t scratch : {uint64_t{8192}, uint64_t{1} << 20}) {
+    CollectiveOptions o = withScratch(scratch);
+    o.allReduceAlgorithm = AllReduceAlgorithm::kScatterGather;
+    GpuRank r(rank, size, id, o);
+    Stream stream;
+    int caseId = 0;
+    for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kFloat64}) {
+      const uint64_t es = dataTypeBytes(type);
+      for (uint64_t count : {uint64_t{7}, uint64_t{1003}, uint64_t{5000}}) {
+        for (int shape = 0; shape < 4 && !::testing::Test::HasFailure();
+             ++shape) {  // 0 send, 1 recv, 2 both, 3 in place
+          SCOPED_TRACE(std::string(dataTypeName(type)) + " count " + std::to_string(count) + " shape " +
+                       std::to_string(shape) + " scratch " + std::to_string(scratch));
+          ++caseId;
+          std::vector<Bytes> inputs;
+          for (int p = 0; p < size; ++p) inputs.push_back(makeInput(seed, caseId, p, type, count));
+          Bytes want(count * es);
+          referenceReduce(type, ReduceOp::kSum, inputs, 0, count, want.data());
+          const uint64_t sendOff = shape == 1 ? 0 : es;
+          const uint64_t recvOff = shape == 0 ? 0 : es;
+          GpuBuffer sendBuf(count * es + 16), recvBuf(count * es + 16);
+          uint8_t* send = sendBuf.get() + sendOff;
+          uint8_t* recv = shape == 3 ? send : recvBuf.get() + recvOff;
+          const Bytes& mine = inputs[static_cast<size_t>(rank)];
+          checkGpu(hipMemcpy(send, mine.data(), mine.size(), hipMemcpyHostToDevice), "hipMemcpy to the GPU");
+          r.coll->allReduce(send, recv, count, type, ReduceOp::kSum, stream.get());
+          const hipError_t e = hipStreamSynchronize(stream.get());
+          r.coll->checkError();
+          checkGpu(e, "allreduce kernel");
+          Bytes got(count * es);
+          checkGpu(hipMemcpy(got.data(), recv, got.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+          EXPECT_EQ(firstDifference(got, want), "");
+          const uint64_t per = count / static_cast<uint64_t>(size);
+          if (per == 0 || shape == 3) continue;
+          checkGpu(hipMemcpy(send, mine.data(), per * static_cast<uint64_t>(size) * es, hipMemcpyHostToDevice),
+                   "hipMemcpy to the GPU");
+          r.coll->reduceScatter(send, recv, per, type, ReduceOp::kSum, stream.get());
+          const hipError_t e2 = hipStreamSynchronize(stream.get());
+          r.coll->checkError();
+          checkGpu(e2, "reducescatter kernel");
+          Bytes share(per * es);
+          checkGpu(hipMemcpy(share.data(), recv, share.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+          EXPECT_EQ(firstDifference(share, Bytes(want.begin() + static_cast<std::ptrdiff_t>(per * es * rank),
+                                                 want.begin() + static_cast<std::ptrdiff_t>(per * es * (rank + 1)))),
+                    "");
+        }
+      }
+    }
+    r.comm->bootstrap().barrier();
+  }
+}
 
 uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
 
@@ -469,6 +527,15 @@ TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
   const uint64_t seed = freshSeed();
   auto results = runRanks(
       2, [&](int rank, int n) { everyCollective(rank, n, id, seed); }, std::chrono::seconds(180));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesGpu, EveryCollectiveStagedOnlyThreeProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      3, [&](int rank, int n) { everyCollective(rank, n, id, seed, false); }, std::chrono::seconds(180));
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
@@ -492,6 +559,48 @@ TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
       WEFT_EXPECT_RANKS_OK(results) << size << " ranks, " << allReduceAlgorithmName(algorithm) << ", seed " << seed;
     }
   }
+}
+
+TEST(CollectivesGpu, ReductionsOnMisalignedBuffersTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      2, [&](int rank, int n) { misalignedReductions(rank, n, id, seed); }, std::chrono::seconds(180));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+// The most blocks anyone may ask for, on 2 ranks sharing the GPU: more than it holds resident of the staged kernels
+// (H200: 132, one 512-thread block per SM), so without the limit (collectiveGridBlocks) spinning blocks leave
+// others unscheduled and the wait budget traps: the staged allgather's grid barrier did at 99 blocks per rank,
+// when the limit was sized from the fp8 reduction's occupancy (2 blocks per SM).
+TEST(CollectivesGpu, GridAskedToFillTheGpuIsClampedAndCompletesTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      2,
+      [&](int rank, int n) {
+        CollectiveOptions o = withScratch(uint64_t{1} << 24);
+        o.gpuBlocks = 256;
+        o.budgetNs = 5000 * kMs;
+        o.allReduceAlgorithm = AllReduceAlgorithm::kScatterGather;
+        GpuRank r(rank, n, id, o);
+        Stream stream;
+        int caseId = 0;
+        runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, uint64_t{1} << 22, false, 0},
+                ++caseId, seed, stream.get());
+        runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kBfloat16, ReduceOp::kMax, 300001, true, 0}, ++caseId,
+                seed, stream.get());
+        runCase(*r.coll, {CollectiveKind::kAllGather, DataType::kFloat32, ReduceOp::kSum, uint64_t{1} << 20, false, 0},
+                ++caseId, seed, stream.get());
+        runCase(*r.coll,
+                {CollectiveKind::kReduceScatter, DataType::kFloat32, ReduceOp::kSum, uint64_t{1} << 20, false, 0},
+                ++caseId, seed, stream.get());
+        r.comm->bootstrap().barrier();
+      },
+      std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
 // A peer that never joins: rank 0's kernel waits for it, runs out of its budget, records the wait and traps;

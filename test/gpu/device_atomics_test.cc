@@ -11,6 +11,7 @@
 #include <weft/error.hpp>
 #include <weft/gpu.hpp>
 
+#include "device_array.hpp"
 #include "device_atomics_kernels.hpp"
 
 namespace weft::test {
@@ -80,29 +81,6 @@ TEST(DeviceAtomicsHost, SpinWaitSeesFlagSetByAnotherThread) {
 // --- GPU kernels -----------------------------------------------------------------------------------
 
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-
-// Device memory, zeroed, that frees itself.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t count) : count_(count) {
-    checkGpu(hipMalloc(&ptr_, count * sizeof(T)), "hipMalloc");
-    checkGpu(hipMemset(ptr_, 0, count * sizeof(T)), "hipMemset");
-  }
-  ~DeviceArray() { (void)hipFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return ptr_; }
-  std::vector<T> toHost() const {
-    std::vector<T> out(count_);
-    checkGpu(hipMemcpy(out.data(), ptr_, count_ * sizeof(T), hipMemcpyDeviceToHost), "hipMemcpy");
-    return out;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_;
-};
 
 #define WEFT_SKIP_WITHOUT_GPU()                                                          \
   if (gpuDeviceCount() == 0) {                                                           \

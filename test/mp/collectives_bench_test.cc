@@ -2,9 +2,6 @@
 // its table and JSON lines checked (every row present, nothing wrong, the nccl-tests bandwidth formulas), and
 // bench/plot.py run on the output where matplotlib is importable.
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -13,52 +10,23 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
+#include <weft/config.hpp>
+
+#include "shell.hpp"
 
 namespace {
 
 const std::string kBin = WEFT_BIN_DIR;
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
+using weft::test::runShell;
+using weft::test::TempDir;
+using Result = weft::test::ShellResult;
 
-// Runs `command` through the shell, stdout and stderr together.
-Result runShell(const std::string& command) {
-  Result r;
-  FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return stat(path.c_str(), &st) == 0;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/weft-cbench-XXXXXX";
-    const char* made = mkdtemp(tmpl);
-    if (made != nullptr) path_ = made;
-  }
-  ~TempDir() {
-    if (!path_.empty()) (void)runShell("rm -rf '" + path_ + "'");
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+bool exists(const std::string& path) { return weft::test::pathExists(path); }
 
 std::vector<nlohmann::json> readJsonLines(const std::string& path) {
   std::vector<nlohmann::json> rows;
@@ -89,7 +57,7 @@ class CollectivesBench : public ::testing::Test {
     ASSERT_FALSE(dir_.path().empty());
     json_ = dir_.path() + "/out.jsonl";
   }
-  TempDir dir_;
+  TempDir dir_{"weft-cbench"};
   std::string json_;
 };
 
@@ -168,6 +136,56 @@ TEST_F(CollectivesBench, EveryTypeAndOpThreeRanksBitExact) {
   EXPECT_EQ(rowsPerCollective["reducescatter"], 120);
   EXPECT_EQ(rowsPerCollective["reduce"], 120);
   EXPECT_EQ(rowsPerCollective["allgather"], 24);
+}
+
+// --tune times both allreduce algorithms per size and writes [[collectives.allreduce]] rules: the file parses, its
+// rules give every measured size the algorithm the table printed as fastest, and a run with it as WEFT_CONFIG
+// follows them (the library logs how many rules it took) with nothing wrong.
+TEST_F(CollectivesBench, TuneWritesRulesThatTheLibraryFollows) {
+  const std::string file = dir_.path() + "/tuned.toml";
+  Result r = bench(2, "-b 1K -e 256K -f 4 -n 3 -w 1 --tune " + file);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_NE(r.output.find("# wrote " + file), std::string::npos) << r.output;
+  const weft::Config c = weft::Config::fromFile(file);
+  ASSERT_FALSE(c.allReduceRules.empty());
+  EXPECT_EQ(c.allReduceRules.back().maxBytes, 0u);
+  for (size_t i = 0; i < c.allReduceRules.size(); ++i) {
+    const weft::AllReduceRule& rule = c.allReduceRules[i];
+    EXPECT_EQ(rule.ranks, 2);
+    if (i + 1 < c.allReduceRules.size()) {
+      EXPECT_NE(rule.algorithm, c.allReduceRules[i + 1].algorithm) << "consecutive rules should have been merged";
+      if (i + 2 < c.allReduceRules.size()) EXPECT_LT(rule.maxBytes, c.allReduceRules[i + 1].maxBytes);
+    }
+  }
+  size_t rows = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long long bytes = 0;
+    double oneShot = 0, scatterGather = 0;
+    char fastest[32] = {};
+    if (std::sscanf(line.c_str(), "[rank 0] %llu %lf %lf %31s", &bytes, &oneShot, &scatterGather, fastest) != 4)
+      continue;
+    ++rows;
+    std::string chosen;
+    for (const weft::AllReduceRule& rule : c.allReduceRules) {
+      if (rule.maxBytes == 0 || bytes <= rule.maxBytes) {
+        chosen = rule.algorithm;
+        break;
+      }
+    }
+    EXPECT_EQ(chosen, fastest) << line;
+    EXPECT_EQ(std::string(fastest), oneShot <= scatterGather ? "oneshot_ll" : "scatter_gather") << line;
+  }
+  EXPECT_EQ(rows, 5u) << r.output;  // 1K, 4K, 16K, 64K, 256K
+
+  Result run = runShell("WEFT_CONFIG=" + file + " WEFT_LOG_LEVEL=info WEFT_LOG_SUBSYS=coll " + kBin +
+                        "/weft-run --timeout 60 -n 2 -- " + kBin +
+                        "/weft-bench collectives -b 1K -e 256K -f 4 -n 2 -w 0 -O allreduce");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("# Out of bounds values : 0 OK"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(std::to_string(c.allReduceRules.size()) + " allreduce rules from the config"),
+            std::string::npos)
+      << run.output;
 }
 
 TEST_F(CollectivesBench, NoCheckReportsNotApplicable) {

@@ -13,6 +13,7 @@
 #include <vector>
 #include <weft/collectives.hpp>
 #include <weft/communicator.hpp>
+#include <weft/copy_device.hpp>
 #include <weft/error.hpp>
 #include <weft/reduce_device.hpp>
 
@@ -246,13 +247,15 @@ CollectiveOptions smallScratch() {
   return o;
 }
 
-void everyCollective(int size) {
+void everyCollective(int size, bool oneShot = true) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   const uint64_t seed = freshSeed();
   auto results = test::runRanks(
       size,
       [&](int rank, int n) {
-        Rank r(rank, n, id, smallScratch());
+        CollectiveOptions o = smallScratch();
+        if (!oneShot) o.oneShotMaxBytes = 0;  // every allreduce and allgather through scratch
+        Rank r(rank, n, id, o);
         const std::vector<Case> cases = matrix(n);
         for (size_t i = 0; i < cases.size(); ++i) {
           runCase(*r.coll, cases[i], static_cast<int>(i), seed);
@@ -268,6 +271,7 @@ TEST(CollectivesMpTest, EveryCollectiveTypeAndOpOneRank) { everyCollective(1); }
 TEST(CollectivesMpTest, EveryCollectiveTypeAndOpTwoRanks) { everyCollective(2); }
 TEST(CollectivesMpTest, EveryCollectiveTypeAndOpThreeRanks) { everyCollective(3); }
 TEST(CollectivesMpTest, EveryCollectiveTypeAndOpFourRanks) { everyCollective(4); }
+TEST(CollectivesMpTest, EveryCollectiveTypeAndOpStagedOnlyThreeRanks) { everyCollective(3, false); }
 
 // A message of about a megabyte through the default-sized path (one piece per few hundred KB).
 TEST(CollectivesMpTest, LargeOddMessagesThreeRanks) {
@@ -486,8 +490,15 @@ TEST(CollectivesMpTest, OneShotBackToBackThreeRanks) {
       const uint64_t count = 1 + static_cast<uint64_t>((i * 37) % 300);
       ASSERT_EQ(r.coll->allReduceAlgorithmFor(count, type), AllReduceAlgorithm::kOneShotLL);
       runCase(*r.coll, {CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, i % 3 == 0, 0}, i, seed);
+      // One-shot allgathers share the packet buffers and the epoch: interleave them (odd sizes, in place too).
+      if (i % 5 == 4) {
+        runCase(*r.coll,
+                {CollectiveKind::kAllGather, DataType::kUint8, ReduceOp::kSum, 77 + static_cast<uint64_t>(i),
+                 i % 10 == 9, 0},
+                i + 1000, seed);
+      }
       if (i % 50 == 49) {
-        runCase(*r.coll, {CollectiveKind::kAllGather, DataType::kUint8, ReduceOp::kSum, 77, false, 0}, i, seed);
+        runCase(*r.coll, {CollectiveKind::kAllGather, DataType::kFloat32, ReduceOp::kSum, 20000, false, 0}, i, seed);
       }
     }
     r.comm->bootstrap().barrier();
@@ -540,7 +551,139 @@ TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
+// [[collectives.allreduce]] rules (what weft-bench --tune writes) pick the algorithm by size, first match first,
+// rules for another rank count ignored, sizes past every rule to the built-in choice; an explicit algorithm wins.
+// Ranks whose selections differ would wait on each other's packets or syncs forever: they all fail at setup.
+TEST(CollectivesMpTest, ConfigRulesSelectTheAllReduceAlgorithm) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  UniqueId id2 = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int n) {
+    Config config = hostOnlyConfig();
+    config.allReduceRules = {{3, 0, "oneshot_ll"}, {2, 256, "scatter_gather"}, {0, 4096, "oneshot_ll"}};
+    auto comm =
+        std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(10000)), config);
+    {
+      CollectiveOptions o = smallScratch();
+      o.oneShotMaxBytes = 8192;  // the built-in choice: one-shot up to 8192 bytes on 2 ranks
+      CollectiveComm c(comm, o);
+      const std::pair<uint64_t, AllReduceAlgorithm> want[] = {
+          {1, AllReduceAlgorithm::kScatterGather},   {64, AllReduceAlgorithm::kScatterGather},
+          {65, AllReduceAlgorithm::kOneShotLL},      {1024, AllReduceAlgorithm::kOneShotLL},
+          {1025, AllReduceAlgorithm::kOneShotLL},       // past every rule: built-in, under its limit
+          {2049, AllReduceAlgorithm::kScatterGather}};  // built-in, over its limit
+      int caseId = 0;
+      for (const auto& [count, algorithm] : want) {
+        EXPECT_EQ(c.allReduceAlgorithmFor(count, DataType::kFloat32), algorithm) << count << " floats";
+        runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, count, false, 0}, ++caseId, 9);
+      }
+      EXPECT_EQ(c.allReduceAlgorithmFor(32, DataType::kFloat64), AllReduceAlgorithm::kScatterGather);  // 256 bytes
+      EXPECT_EQ(c.allReduceAlgorithmFor(33, DataType::kFloat64), AllReduceAlgorithm::kOneShotLL);
+      CollectiveOptions forced = smallScratch();
+      forced.allReduceAlgorithm = AllReduceAlgorithm::kOneShotLL;
+      CollectiveComm d(comm, forced);
+      EXPECT_EQ(d.allReduceAlgorithmFor(1, DataType::kFloat32), AllReduceAlgorithm::kOneShotLL);
+      comm->bootstrap().barrier();
+    }
+    Config other = hostOnlyConfig();
+    if (rank == 1) other.allReduceRules = {{0, 65536, "scatter_gather"}};
+    auto comm2 =
+        std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id2, milliseconds(10000)), other);
+    try {
+      CollectiveComm c(comm2, smallScratch());
+      ADD_FAILURE() << "ranks with different allreduce rules were accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidUsage);
+      EXPECT_NE(std::string(e.what()).find("select allreduce algorithms differently"), std::string::npos) << e.what();
+    }
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
 // Bad arguments are refused with kInvalidArgument naming what is wrong, before anything runs.
+// Buffers that start one element past a 16-byte boundary (send, recv, or both) take the element-by-element path
+// of the reductions; aligned ones the 16-byte vector path. Both give the reference, out-of-place and in-place.
+TEST(CollectivesMpTest, ReductionsOnMisalignedBuffersTwoAndThreeRanks) {
+  for (int size : {2, 3}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = test::runRanks(size, [&](int rank, int n) {
+      Rank r(rank, n, id, smallScratch());
+      int caseId = 0;
+      for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt8, DataType::kFloat64}) {
+        const uint64_t es = dataTypeBytes(type);
+        for (uint64_t count : {uint64_t{7}, uint64_t{1003}, uint64_t{5000}}) {
+          for (int shape = 0; shape < 4; ++shape) {  // 0: send off, 1: recv off, 2: both, 3: in place, off
+            SCOPED_TRACE(std::string(dataTypeName(type)) + " count " + std::to_string(count) + " shape " +
+                         std::to_string(shape));
+            ++caseId;
+            std::vector<Bytes> inputs;
+            for (int p = 0; p < n; ++p) inputs.push_back(makeInput(seed, caseId, p, type, count));
+            Bytes want(count * es);
+            referenceReduce(type, ReduceOp::kSum, inputs, 0, count, want.data());
+            const uint64_t sendOff = shape == 1 ? 0 : es;
+            const uint64_t recvOff = shape == 0 ? 0 : es;
+            // 16-byte aligned storage, so that the offsets above are what decides the alignment.
+            std::vector<Bytes16> sendStore(count * es / 16 + 2), recvStore(count * es / 16 + 2);
+            auto* sendBase = reinterpret_cast<uint8_t*>(sendStore.data());
+            auto* recvBase = reinterpret_cast<uint8_t*>(recvStore.data());
+            uint8_t* send = sendBase + sendOff;
+            uint8_t* recv = shape == 3 ? send : recvBase + recvOff;
+            std::memcpy(send, inputs[static_cast<size_t>(rank)].data(), count * es);
+            r.coll->allReduce(send, recv, count, type, ReduceOp::kSum, nullptr);
+            EXPECT_EQ(firstDifference(Bytes(recv, recv + count * es), want), "");
+            const uint64_t per = count / static_cast<uint64_t>(n);
+            if (per > 0 && shape != 3) {
+              // reduceScatter of the first per * n elements: rank r gets share r.
+              std::memcpy(send, inputs[static_cast<size_t>(rank)].data(), per * static_cast<uint64_t>(n) * es);
+              r.coll->reduceScatter(send, recv, per, type, ReduceOp::kSum, nullptr);
+              EXPECT_EQ(firstDifference(Bytes(recv, recv + per * es),
+                                        Bytes(want.begin() + static_cast<std::ptrdiff_t>(per * es * rank),
+                                              want.begin() + static_cast<std::ptrdiff_t>(per * es * (rank + 1)))),
+                        "");
+            }
+          }
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+      r.comm->bootstrap().barrier();
+    });
+    WEFT_EXPECT_RANKS_OK(results) << "seed " << seed << ", " << size << " ranks";
+  }
+}
+
+// The scatter-gather allreduce pairs worker b of every rank: ranks that ask for different team sizes run the
+// smallest, and the results are right (with the sizes as asked, the extra workers would wait for partners forever).
+TEST(CollectivesMpTest, RanksAskingForDifferentTeamSizesAgree) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(3, [&](int rank, int n) {
+    CollectiveOptions o = smallScratch();
+    o.hostThreads = static_cast<uint32_t>(1 + 2 * rank);  // 1, 3, 5
+    o.allReduceAlgorithm = AllReduceAlgorithm::kScatterGather;
+    Rank r(rank, n, id, o);
+    runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 5000, false, 0}, 1, seed);
+    runCase(*r.coll, {CollectiveKind::kAllReduce, DataType::kInt8, ReduceOp::kMax, 20011, true, 0}, 2, seed);
+    r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesMpTest, GridSizeOutsideItsRangeIsRefused) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(1, [&](int rank, int n) {
+    CollectiveOptions o = smallScratch();
+    o.gpuBlocks = 257;
+    try {
+      Rank r(rank, n, id, o);
+      ADD_FAILURE() << "gpuBlocks 257 accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("gpuBlocks 257"), std::string::npos) << e.what();
+    }
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
 TEST(CollectivesMpTest, BadArgumentsAreRefused) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = test::runRanks(2, [&](int rank, int n) {

@@ -37,11 +37,11 @@ struct Mesh {
   static constexpr int kPacketTag = 12;
   static constexpr int kConnectTag = 13;
 
+  std::shared_ptr<void> dataStorage;  // first, so freed after comm stops receiving into them
+  std::shared_ptr<void> packetStorage;
   Communicator comm;
   uint64_t bytes;
   uint64_t slotBytes;
-  std::shared_ptr<void> dataStorage;
-  std::shared_ptr<void> packetStorage;
   RegisteredMemory data;
   RegisteredMemory packets;
   std::vector<MemoryChannel::DeviceHandle> put;     // by peer: remote = peer's data

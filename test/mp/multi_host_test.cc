@@ -368,9 +368,9 @@ ProxyServiceOptions hostSideProxy(uint64_t budgetNs, uint64_t flushTimeoutMs) {
 
 // One rank of a pair on two hosts: a PortChannel to the peer over libfabric, a source and a destination buffer.
 struct PairSide {
+  std::shared_ptr<void> srcStorage, dstStorage;  // first, so freed after comm stops receiving into them
   Communicator comm;
   ProxyService proxy;
-  std::shared_ptr<void> srcStorage, dstStorage;
   uint64_t* src;
   uint64_t* dst;
   PortChannelDeviceHandle channel;
@@ -441,6 +441,34 @@ TEST(MultiHostPortChannelTest, PutSignalFlushWaitVerifiedFrom1KBUpAcrossHosts) {
       },
       180s);
   WEFT_EXPECT_RANKS_OK(results);
+}
+
+// A rank whose libfabric endpoint sits on loopback (its interface was not up, or the config names lo) cannot reach a
+// peer on another host: both sides' connect fails at once saying so, instead of every write timing out later.
+TEST(MultiHostTransportTest, LoopbackEndpointAgainstAnotherHostFailsAtConnectNamingIt) {
+  WEFT_REQUIRE_LIBFABRIC_PLUGIN();
+  test::VirtualHosts hosts(2);
+  WEFT_REQUIRE_VIRTUAL_HOSTS(hosts);
+  const UniqueId id = idOnHost(hosts, 0);
+  const auto start = Clock::now();
+  auto results = test::runRanksOnHosts(
+      hosts, {0, 1},
+      [&](int rank, int) {
+        Config c = libfabricTcpConfig(5s);
+        if (rank == 1) c.transportOptions["libfabric"]["domain"] = "lo";
+        Communicator comm(std::make_shared<TcpBootstrap>(rank, 2, id, 5s), c);
+        try {
+          comm.connect(1 - rank, 2);
+          ADD_FAILURE() << "rank " << rank << " connected across hosts with an endpoint on loopback";
+        } catch (const Error& e) {
+          EXPECT_NE(e.message().find("is on loopback"), std::string::npos) << e.message();
+          EXPECT_NE(e.message().find(rank == 1 ? "this endpoint is" : "the peer's endpoint is"), std::string::npos)
+              << e.message();
+        }
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+  EXPECT_LT(Clock::now() - start, 10s);
 }
 
 // ---- (4) link cuts ----

@@ -32,9 +32,9 @@ uint8_t pattern(int rank, uint64_t i) { return static_cast<uint8_t>(rank * 29 + 
 // One rank's side of a pair: a proxy, `channels` channels to the peer (one connection each), a source buffer and a
 // destination buffer the peer puts into.
 struct Side {
+  std::shared_ptr<void> srcStorage, dstStorage;  // first, so freed after comm stops receiving into them
   Communicator comm;
   ProxyService proxy;
-  std::shared_ptr<void> srcStorage, dstStorage;
   uint8_t* src;
   uint8_t* dst;
   std::vector<PortChannel> channels;

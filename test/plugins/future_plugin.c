@@ -39,7 +39,7 @@ static weftResult_t futureDeviceInfo(void* state, uint32_t device, weftDeviceInf
   return weftSuccess;
 }
 
-/* The v1.0 table followed by an entry of a later minor version. */
+/* The current v1 table followed by an entry of a later minor version. */
 struct FutureTable {
   weftTransport_v1 base;
   weftResult_t (*laterEntry)(void* state);

@@ -1,4 +1,6 @@
-/* A valid transport plugin with one device and no data operations: every one points at the shared stubs. */
+/* A valid transport plugin with one device and no data operations: every one points at the shared stubs. Its table
+ * is a version 1.0 table (the smallest core accepts), so core must never call the 1.1 entry behind it. */
+#include <stdlib.h>
 #include <string.h>
 #include <weft/plugin/transport.h>
 
@@ -38,8 +40,13 @@ static weftResult_t minimalDeviceInfo(void* state, uint32_t device, weftDeviceIn
   return weftSuccess;
 }
 
+static weftResult_t minimalProgressBeyondTheTable(void* state, uint32_t* handled) {
+  (void)state, (void)handled;
+  abort(); /* core read past structSize */
+}
+
 static const weftTransport_v1 kMinimal = {
-    .structSize = sizeof(weftTransport_v1),
+    .structSize = weftTransportMinStructSize_v1,
     .abiVersion = weftTransportAbiVersion_v1,
     .name = "minimal",
     .lastError = minimalLastError,
@@ -58,6 +65,7 @@ static const weftTransport_v1 kMinimal = {
     .write = weftNotSupportedWrite_v1,
     .atomicAdd = weftNotSupportedAtomicAdd_v1,
     .flush = weftNotSupportedFlush_v1,
+    .progress = minimalProgressBeyondTheTable,
 };
 
 WEFT_TRANSPORT_PLUGIN_EXPORT const weftTransport_v1* weftTransportPlugin_v1(void) { return &kMinimal; }

@@ -107,9 +107,11 @@ TEST(ConfigTest, ExampleFileParsesWithEveryKey) {
   EXPECT_EQ(c.source, kExampleFile);
   EXPECT_EQ(c.pluginPath, (Strings{"/opt/weft/plugins", "/usr/local/lib/weft"}));
   EXPECT_EQ(c.transportsFor(PeerClass::kOtherHost), (Strings{"ibverbs", "libfabric"}));
+  EXPECT_EQ(c.optionsFor("host"), (std::map<std::string, std::string>{{"io_timeout_ms", "2000"}}));
   EXPECT_EQ(c.optionsFor("cuda_ipc"), (std::map<std::string, std::string>{{"handle_type", "runtime"}}));
   EXPECT_EQ(c.optionsFor("libfabric"),
-            (std::map<std::string, std::string>{{"provider", "tcp"}, {"domain", "eth0"}, {"progress_thread", "true"}}));
+            (std::map<std::string, std::string>{
+                {"provider", "tcp"}, {"domain", "eth0"}, {"progress_thread", "true"}, {"signals", "auto"}}));
   EXPECT_EQ(c.optionsFor("ibverbs"),
             (std::map<std::string, std::string>{
                 {"device", "mlx5_0"}, {"port", "1"}, {"gid_index", "3"}, {"qps_per_peer", "4"}, {"atomics", "true"}}));
@@ -118,6 +120,7 @@ TEST(ConfigTest, ExampleFileParsesWithEveryKey) {
   EXPECT_EQ(c.bootstrapInterface, "eth0");
   EXPECT_EQ(c.proxyThreads, 2);
   EXPECT_TRUE(c.proxyPinNuma);
+  EXPECT_EQ(c.allReduceRules, (std::vector<AllReduceRule>{{2, 1048576, "oneshot_ll"}, {2, 0, "scatter_gather"}}));
   EXPECT_EQ(c.logLevel, "warn");
   EXPECT_EQ(c.logSubsys, "INIT,BOOT,NET");
   // The example is complete: it sets every option weft knows.
@@ -147,12 +150,12 @@ TEST(ConfigTest, ThirdPartyTransportOptionsPassThroughAsText) {
 }
 
 TEST(ConfigTest, UnknownTopLevelKey) {
-  EXPECT_EQ(
-      parseError("[bootstrap]\ntimeout_ms = 100\n\n[transprots]\nsame_host = [\"host\"]\n"),
-      "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
-  EXPECT_EQ(
-      parseError("verbose = true\n"),
-      "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
+  EXPECT_EQ(parseError("[bootstrap]\ntimeout_ms = 100\n\n[transprots]\nsame_host = [\"host\"]\n"),
+            "weft.toml:4:2: unknown key 'transprots' (known: plugins, transports, transport, bootstrap, proxy, nccl, "
+            "collectives, log)");
+  EXPECT_EQ(parseError("verbose = true\n"),
+            "weft.toml:1:1: unknown key 'verbose' (known: plugins, transports, transport, bootstrap, proxy, nccl, "
+            "collectives, log)");
 }
 
 TEST(ConfigTest, UnknownNestedKey) {
@@ -220,7 +223,8 @@ TEST(ConfigTest, DeeplyDottedKeysAreRefusedBeforeParsing) {
   std::string ok;
   for (int i = 0; i < 64; ++i) ok += "k.";
   EXPECT_EQ(parseError(ok + "k = 1\n"),
-            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, proxy, nccl, log)");
+            "weft.toml:1:1: unknown key 'k' (known: plugins, transports, transport, bootstrap, proxy, nccl, "
+            "collectives, log)");
   std::string dots(500, '.');
   Config c = Config::parse("[transport.acme]\na = \"" + dots + "\"  # " + dots + "\nb = '" + dots + "'\nc = \"\"\"\n" +
                                dots + "\\\"\"\"\n" + dots + "\n\"\"\"\nd = \'\'\'" + dots + "\'\'\'\n",
@@ -252,7 +256,12 @@ TEST(ConfigTest, UnknownOptionOfAKnownTransport) {
             "weft.toml:3:1: unknown option 'gid' of transport 'ibverbs' (known: device, port, gid_index, qps_per_peer, "
             "atomics)");
   EXPECT_EQ(parseError("[transport.host]\nsocket_timeout = 1\n"),
-            "weft.toml:2:1: unknown option 'socket_timeout' of transport 'host' (transport 'host' takes no options)");
+            "weft.toml:2:1: unknown option 'socket_timeout' of transport 'host' (known: io_timeout_ms)");
+  // The host plugin has always taken io_timeout_ms; the table refused it from the file and the environment.
+  EXPECT_EQ(Config::parse("[transport.host]\nio_timeout_ms = 500\n", "t.toml").optionsFor("host"),
+            (std::map<std::string, std::string>{{"io_timeout_ms", "500"}}));
+  EXPECT_EQ(parseError("[transport.host]\nio_timeout_ms = 0\n"),
+            "weft.toml:2:17: 'transport.host.io_timeout_ms' must be an integer in [1, 600000]");
 }
 
 TEST(ConfigTest, WrongOptionType) {
@@ -264,8 +273,35 @@ TEST(ConfigTest, WrongOptionType) {
             "weft.toml:2:19: 'transport.libfabric.progress_thread' must be a boolean, got integer");
   EXPECT_EQ(parseError("[transport.cuda_ipc]\nhandle_type = \"fabric\"\n"),
             "weft.toml:2:15: 'transport.cuda_ipc.handle_type' must be one of \"runtime\", \"posix_fd\"");
+  EXPECT_EQ(parseError("[transport.libfabric]\nsignals = \"cq\"\n"),
+            "weft.toml:2:11: 'transport.libfabric.signals' must be one of \"auto\", \"data_after_completion\", "
+            "\"atomic\"");
   EXPECT_EQ(parseError("[transport.libfabric]\nprovider = \"\"\n"),
             "weft.toml:2:12: 'transport.libfabric.provider' must be a non-empty string");
+}
+
+TEST(ConfigTest, CollectivesAllReduceRules) {
+  EXPECT_TRUE(Config::defaults().allReduceRules.empty());
+  Config c = Config::parse(
+      "[[collectives.allreduce]]\nranks = 2\nmax_bytes = 65536\nalgorithm = \"oneshot_ll\"\n"
+      "[[collectives.allreduce]]\nalgorithm = \"scatter_gather\"\n",
+      "t.toml");
+  EXPECT_EQ(c.allReduceRules, (std::vector<AllReduceRule>{{2, 65536, "oneshot_ll"}, {0, 0, "scatter_gather"}}));
+  EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"ring\"\n"),
+            "weft.toml:2:13: 'collectives.allreduce[0].algorithm' must be one of \"oneshot_ll\", \"scatter_gather\", "
+            "got 'ring'");
+  EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"oneshot_ll\"\n[[collectives.allreduce]]\n"
+                       "max_bytes = -1\nalgorithm = \"oneshot_ll\"\n"),
+            "weft.toml:4:13: 'collectives.allreduce[1].max_bytes' must be >= 0 (0: any size)");
+  EXPECT_EQ(parseError("[[collectives.allreduce]]\nranks = 2\n"),
+            "weft.toml:1:1: 'collectives.allreduce[0]' has no 'algorithm'");
+  EXPECT_EQ(parseError("[[collectives.allreduce]]\nsize = 2\nalgorithm = \"oneshot_ll\"\n"),
+            "weft.toml:2:1: unknown key 'collectives.allreduce[0].size' (known: ranks, max_bytes, algorithm)");
+  EXPECT_EQ(parseError("[collectives]\nallreduce = \"oneshot_ll\"\n"),
+            "weft.toml:2:13: 'collectives.allreduce' must be an array of tables ([[collectives.allreduce]]), got "
+            "string");
+  EXPECT_EQ(parseError("[collectives]\nallgather = 1\n"),
+            "weft.toml:2:1: unknown key 'collectives.allgather' (known: allreduce)");
 }
 
 TEST(ConfigTest, ProxySection) {
@@ -486,6 +522,7 @@ TEST(ConfigTest, DocumentationExamplesParse) {
   EXPECT_EQ(inDoc.bootstrapInterface, example.bootstrapInterface);
   EXPECT_EQ(inDoc.logLevel, example.logLevel);
   EXPECT_EQ(inDoc.logSubsys, example.logSubsys);
+  EXPECT_EQ(inDoc.allReduceRules, example.allReduceRules);
 }
 
 }  // namespace

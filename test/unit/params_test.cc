@@ -65,7 +65,8 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_PROXY_PIN_NUMA",
                                           "WEFT_NCCL_FALLBACK",
                                           "WEFT_NCCL_FORCE_FALLBACK",
-                                          "WEFT_ALLREDUCE_ALGO"};
+                                          "WEFT_ALLREDUCE_ALGO",
+                                          "WEFT_COLL_GPU_BLOCKS"};
   std::set<std::string> seen;
   const std::set<std::string> types = {"string", "int", "bool", "list", "path-list", "typed per key"};
   for (const ParamInfo& p : allParams()) {

@@ -165,6 +165,14 @@ TEST(PluginLoaderTest, MinimalPluginDevicesAndUnsupportedOperations) {
   errorOf(ErrorCode::kNotSupported, [&] { plugin->importMemory({1, 2, 3}); });
 }
 
+TEST(PluginLoaderTest, AVersion10TableLoadsAndItsMissingEntriesAreNeverCalled) {
+  // minimal's table ends after flush (1.0); the progress slot behind it holds a function that aborts.
+  auto plugin = loadTransportPlugin("minimal", {kTestDir}, {});
+  EXPECT_EQ(plugin->tableSize(), weftTransportMinStructSize_v1);
+  EXPECT_FALSE(plugin->drivesProgress());
+  EXPECT_EQ(plugin->progress(), 0u);
+}
+
 TEST(PluginLoaderTest, TableOfALaterMinorVersionIsAccepted) {
   // Its table is one entry longer than core knows: the version is the same major, so it loads, and core uses only the
   // entries its own header has.

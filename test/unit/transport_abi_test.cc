@@ -37,7 +37,7 @@ static_assert(offsetof(weftMemoryDescriptor_v1, fdOffset) == 32);
 static_assert(offsetof(weftMemoryDescriptor_v1, gpuDevice) == 40);
 static_assert(offsetof(weftMemoryDescriptor_v1, reserved) == 44);
 
-static_assert(sizeof(weftTransport_v1) == 200);
+static_assert(sizeof(weftTransport_v1) == 208);  // 1.1: progress appended
 static_assert(offsetof(weftTransport_v1, structSize) == 0);
 static_assert(offsetof(weftTransport_v1, abiVersion) == 4);
 static_assert(offsetof(weftTransport_v1, name) == 8);
@@ -58,6 +58,7 @@ static_assert(offsetof(weftTransport_v1, write) == 176);
 static_assert(offsetof(weftTransport_v1, atomicAdd) == 184);
 static_assert(offsetof(weftTransport_v1, flush) == 192);
 static_assert(weftTransportMinStructSize_v1 == 200);
+static_assert(offsetof(weftTransport_v1, progress) == 200);  // 1.1
 
 static_assert(std::is_standard_layout_v<weftTransport_v1> && std::is_trivially_copyable_v<weftTransport_v1>);
 static_assert(std::is_standard_layout_v<weftMemoryDescriptor_v1> && std::is_standard_layout_v<weftDeviceInfo_v1>);

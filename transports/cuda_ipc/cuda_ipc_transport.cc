@@ -972,6 +972,7 @@ const weftTransport_v1 kCudaIpcTransport = {
     .write = ipcWrite,
     .atomicAdd = ipcAtomicAdd,
     .flush = ipcFlush,
+    .progress = nullptr,  // progresses by itself
 };
 
 }  // namespace

@@ -610,6 +610,7 @@ const weftTransport_v1 kHostTransport = {
     .write = hostWrite,
     .atomicAdd = hostAtomicAdd,
     .flush = hostFlush,
+    .progress = nullptr,  // progresses by itself
 };
 
 }  // namespace

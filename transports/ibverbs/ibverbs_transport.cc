@@ -1066,6 +1066,7 @@ const weftTransport_v1 kIbverbsTransport = {
     .write = ibvWrite,
     .atomicAdd = ibvAtomicAdd,
     .flush = ibvFlush,
+    .progress = nullptr,  // progresses by itself
 };
 
 }  // namespace

@@ -1,8 +1,15 @@
 // The libfabric transport plugin: one FI_EP_RDM endpoint per instance (tcp through ofi_rxm, shm, efa, cxi, verbs...),
-// fi_write for data and fi_atomic(FI_SUM, FI_UINT64) for signals. A signal is held back in software until every
-// earlier write of its connection has completed with FI_DELIVERY_COMPLETE semantics, so a peer that sees the added
-// value also sees the data, whatever ordering the provider promises. A progress thread drives providers with manual
-// progress, so that the target side of a transfer moves even when its process never calls in.
+// fi_write for data. A signal goes one of three ways (SignalPath, docs/libfabric.md "Signals"):
+//  - as remote CQ data on a zero-length fi_writedata posted right behind the writes, where the provider delivers a
+//    connection's RMA writes in order (kDataOrdered): the target's progress thread reads the completion, finds the
+//    semaphore word from the 64 bits and adds to it with a release atomic, so one one-way trip carries put and signal;
+//  - the same writedata, held back until every earlier write has completed (kDataAfterCompletion), where the order
+//    is not promised;
+//  - fi_atomic(FI_SUM, FI_UINT64), held back the same way (kAtomic): values or destinations the 64 bits cannot name,
+//    providers without remote CQ data.
+// A progress thread drives providers with manual progress, so that the target side of a transfer (and the adds it
+// carries) moves even when its process never calls in.
+#include <dlfcn.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
@@ -31,6 +38,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <netinet/in.h>
+#include <poll.h>
 #include <vector>
 #include <weft/gpu.hpp>
 
@@ -52,8 +62,39 @@ constexpr uint64_t kMaxChunkBytes = uint64_t{4} << 20;
 constexpr std::chrono::seconds kPostTimeout{10};
 /// Bytes of the pinned bounce buffer that stages GPU sources when the provider has no FI_HMEM.
 constexpr uint64_t kStagingBytes = uint64_t{4} << 20;
+/// How long a write may wait for the signal that follows it, to carry it as CQ data. A proxy or host thread issues
+/// put and signal microseconds apart; a lone write pays this once (a flush posts it at once).
+constexpr std::chrono::microseconds kCombineWindow{20};
+/// Bytes of the landing line CQ data signals write into (a cache line, so it shares one with nothing).
+constexpr uint64_t kLandingBytes = 64;
+/// How long finalize waits for each peer to answer its teardown probe (see everyPeerAnswers).
+constexpr std::chrono::milliseconds kTeardownProbe{1000};
 /// Largest registration accepted.
 constexpr uint64_t kMaxRegionBytes = uint64_t{1} << 48;
+
+/// A signal carried as remote CQ data is 64 bits: the target registration's signal id (1..65535, from its memory
+/// blob), the 8-byte word index within it, the value to add. Anything else goes as fi_atomic.
+constexpr int kSignalIdBits = 16, kSignalWordBits = 32, kSignalValueBits = 16;
+constexpr uint64_t kMaxSignalId = (uint64_t{1} << kSignalIdBits) - 1;
+constexpr uint64_t kMaxSignalWord = (uint64_t{1} << kSignalWordBits) - 1;
+constexpr uint64_t kMaxSignalValue = (uint64_t{1} << kSignalValueBits) - 1;
+static_assert(kSignalIdBits + kSignalWordBits + kSignalValueBits == 64);
+
+constexpr uint64_t encodeSignal(uint64_t id, uint64_t word, uint64_t value) {
+  return id << (kSignalWordBits + kSignalValueBits) | word << kSignalValueBits | value;
+}
+
+/// How atomicAdd reaches the peer (see the file comment). Chosen once per instance at init.
+enum class SignalPath { kAtomic, kDataAfterCompletion, kDataOrdered };
+
+const char* signalPathName(SignalPath p) {
+  switch (p) {
+    case SignalPath::kDataOrdered: return "cq data behind the writes";
+    case SignalPath::kDataAfterCompletion: return "cq data after the writes complete";
+    case SignalPath::kAtomic: break;
+  }
+  return "fi_atomic after the writes complete";
+}
 
 /// A failure with the ABI result code to return for it.
 class Failure : public std::runtime_error {
@@ -84,6 +125,14 @@ enum class Tag : uint32_t {
 struct FabricState;
 struct Tracker;
 
+/// What a queued or posted operation is.
+enum class OpKind : uint8_t {
+  kWrite,       // fi_write of data
+  kWriteData,   // fi_writedata: a write that carries the signal after it as remote CQ data (put and signal fused)
+  kAtomic,      // a signal as fi_atomic FI_SUM
+  kSignalData,  // a signal as a zero-length fi_writedata whose CQ data the target applies
+};
+
 /// One posted operation; its fi_context2 is what the completion queue hands back.
 struct Op {
   fi_context2 context;  // first member: the CQ entry's op_context points here
@@ -96,27 +145,39 @@ struct Op {
 /// An operation not posted yet: a signal waiting for the writes before it, or anything behind a full queue.
 struct QueuedOp {
   uint64_t seq;
-  bool write;
+  OpKind kind;
   uint8_t* source;  // write: local bytes and their descriptor
   void* desc;
   uint64_t bytes;
   uint64_t address;  // target RMA address and key
   uint64_t key;
-  uint64_t value;  // signal: the value to add
+  uint64_t value;  // kAtomic: the value to add; kSignalData: the encoded CQ data
 };
 
 /// The operations of one connection: what is in flight (by sequence number), what waits to be posted (in order),
-/// the first error.
+/// the signals held back for the writes before them, the first error.
 struct Tracker {
   FabricState* state = nullptr;
   fi_addr_t peer = FI_ADDR_UNSPEC;
+  uint64_t peerLandingKey = 0;  // the peer's landing line (EndpointBlob), target of CQ data signals
+  uint64_t peerLandingAddress = 0;
+  bool peerLanding = false;
   std::string peerName;
   std::mutex mutex;
   uint64_t nextSeq = 1;
   std::map<uint64_t, Op*> outstanding;  // every posted, uncompleted operation
   std::set<uint64_t> writes;            // the writes among them
   std::deque<QueuedOp> queue;
-  std::string error;  // first completion error ("" while none)
+  // Signals taken off the queue's front while a write before them was in flight, oldest first. Writes behind them
+  // are posted meanwhile: a signal orders the writes before it (release), not those after it, and waiting for the
+  // completion round trip before posting the next write cost streams of put+signal most of their bandwidth.
+  std::deque<QueuedOp> held;
+  // The queue's only entry is a write held back for a moment (kCombineWindow) so that a signal right behind it can
+  // ride on it as its CQ data: one message instead of two (see enqueueLocked).
+  bool tailDeferred = false;
+  Clock::time_point tailSince{};
+  std::string error;       // first completion error ("" while none)
+  uint64_t delivered = 0;  // flushByRead: operations up to this sequence number are known to be at the peer
   bool closed = false;
   std::weak_ptr<Tracker> self;  // what each Op holds, so the tracker outlives a closed connection's operations
 };
@@ -130,6 +191,7 @@ struct FabricRegion {
   uint64_t size = 0;
   uint32_t kind = weftMemoryHost;
   bool staged = false;
+  uint32_t signalId = 0;  // index into FabricState::signalTargets, 0 when signals to it go as fi_atomic
 };
 
 struct FabricRemote {
@@ -137,6 +199,7 @@ struct FabricRemote {
   uint64_t key = 0;
   uint64_t rmaBase = 0;  // what offset 0 is at the target: its address (FI_MR_VIRT_ADDR) or 0
   uint64_t size = 0;
+  uint32_t signalId = 0;  // the owner's signal id of it (0: none)
 };
 
 struct FabricEndpoint {
@@ -162,22 +225,57 @@ struct FabricState {
   std::string provider;
   std::string domainName;
   uint64_t mrMode = 0;
-  uint64_t opFlags = 0;  // FI_DELIVERY_COMPLETE when the provider offers it
+  uint64_t opFlags = 0;  // FI_DELIVERY_COMPLETE when the provider offers it and flush does not read (below)
   bool deliveryComplete = false;
+  // flush posts an 8-byte read of the peer's landing line behind everything before it and waits for that: the
+  // provider delivers one peer's RMA in order, read after write (FI_ORDER_RMA_RAW), so the read comes back only
+  // after the earlier writes are at the target. Writes then go without FI_DELIVERY_COMPLETE, whose acknowledgement
+  // of every write cost the put+signal ping-pong over tcp a few us. Only with in-order signals (kDataOrdered): the
+  // other paths wait for the writes' completions before a signal and need those to mean "delivered".
+  bool flushByRead = false;
   bool hmem = false;
   bool atomics = false;
+  SignalPath signalPath = SignalPath::kAtomic;
   size_t injectSize = 0;
   uint64_t chunkBytes = kMaxChunkBytes;
   uint32_t addressFormat = 0;
   std::vector<uint8_t> address;  // fi_getname of ep
   std::atomic<uint64_t> nextKey{1};
 
+  // One per peer address, shared by its connections: its AV entry and its landing line (the teardown probe reads it).
+  struct Peer {
+    fi_addr_t address = FI_ADDR_UNSPEC;
+    std::string name;
+    bool landing = false;
+    uint64_t landingKey = 0;
+    uint64_t landingBase = 0;
+  };
   std::mutex avMutex;
-  std::map<std::vector<uint8_t>, fi_addr_t> peers;  // address bytes -> AV entry (one per peer, shared)
+  std::map<std::vector<uint8_t>, Peer> peers;  // keyed by address bytes
+
+  // Where peers' CQ data signals write their 8 bytes (its content is never read; peers' teardown probes read it),
+  // and what ours write from (and probes read into).
+  uint64_t* landing = nullptr;  // kLandingBytes, registered for remote writes and reads
+  fid_mr* landingMr = nullptr;
+  uint64_t* operand = nullptr;  // 8 bytes, registered as a write source
+  fid_mr* operandMr = nullptr;
+  void* operandDesc = nullptr;
+
+  // Registrations that peers may signal through remote CQ data, by signal id (slot 0 unused; a freed id is reused).
+  // The progress thread looks them up for every signal it applies.
+  std::mutex signalMutex;
+  std::vector<FabricRegion*> signalTargets{nullptr};
+  std::vector<uint32_t> freeSignalIds;
+  std::atomic<uint64_t> strayData{0};  // CQ data naming no live registration (logged once)
 
   std::mutex trackersMutex;
   std::vector<std::weak_ptr<Tracker>> trackers;
   std::atomic<bool> anyPending{false};
+  std::atomic<bool> progressSleeping{false};  // the progress thread is (about to be) blocked on waitFd
+  // When a caller last drove progress through the progress entry (steady clock ns, 0: never): a proxy thread that
+  // polls for triggers does so while idle, and the progress thread then blocks instead of spinning beside it.
+  std::atomic<int64_t> externalProgressNs{0};
+  int waitFd = -1;  // the CQ's FI_WAIT_FD object, -1 when it has none
   // Operations in flight on the endpoint, kept at most half the transmit queue: the provider then never answers
   // -FI_EAGAIN (shm 1.17 applies some atomics twice when it does under load).
   std::atomic<uint64_t> inFlight{0};
@@ -343,10 +441,13 @@ fi_info* query(const std::string& provider, const std::string& domain, bool hmem
 }
 
 /// Picks the best entry of `list` (see providerRank/domainRank); nullptr for an empty list.
-const fi_info* best(const fi_info* list) {
+/// Only entries on domain `domain` count when it is set: fi_getinfo treats the domain name as a hint (tcp;ofi_rxm in
+/// 1.17 returns every interface for domain "lo").
+const fi_info* best(const fi_info* list, const std::string& domain) {
   const fi_info* pick = nullptr;
   std::pair<int, int> pickRank{1 << 20, 1 << 20};
   for (const fi_info* p = list; p != nullptr; p = p->next) {
+    if (!domain.empty() && (p->domain_attr->name == nullptr || domain != p->domain_attr->name)) continue;
     std::pair<int, int> r{providerRank(providerOf(p)), domainRank(p)};
     if (pick == nullptr || r < pickRank) pick = p, pickRank = r;
   }
@@ -375,12 +476,37 @@ void complete(Op* op, const std::string* error) {
 /// Posts every held-back signal of `t` whose earlier writes have completed. Caller holds t->mutex.
 void drainLocked(Tracker* t);
 
+/// Applies a signal a peer carried as remote CQ data: adds its value to the word it names, with release order.
+/// The provider reports the write only once it has been processed at this target, and it was posted behind the
+/// writes it orders (see SignalPath): their bytes are in this process's memory before the add makes them visible to
+/// a waiter's acquire load.
+void applySignal(FabricState* s, uint64_t data) {
+  const uint64_t id = data >> (kSignalWordBits + kSignalValueBits);
+  const uint64_t offset = ((data >> kSignalValueBits) & kMaxSignalWord) * sizeof(uint64_t);
+  const uint64_t value = data & kMaxSignalValue;
+  {
+    std::lock_guard<std::mutex> lock(s->signalMutex);
+    FabricRegion* r = id < s->signalTargets.size() ? s->signalTargets[id] : nullptr;
+    if (r != nullptr && offset + sizeof(uint64_t) <= r->size) {
+      __atomic_fetch_add(reinterpret_cast<uint64_t*>(r->address + offset), value, __ATOMIC_RELEASE);
+      return;
+    }
+  }
+  // A peer signalled a registration this process no longer has (or a corrupt value): nothing to add to.
+  if (s->strayData.fetch_add(1) == 0) {
+    logf(s, weftLogWarn,
+         "libfabric transport: a peer's signal names registration %" PRIu64 " offset %" PRIu64
+         ", which is not registered here (deregistered while the peer still signals it?); dropped",
+         id, offset);
+  }
+}
+
 /// Reads what the completion queue has (driving a manual-progress provider) and posts signals that became due.
 /// Returns how many completions it handled.
 int progressOnce(FabricState* s) {
   int handled = 0;
   for (;;) {
-    fi_cq_entry entries[32];
+    fi_cq_data_entry entries[32];
     Op* failed = nullptr;
     std::string message;
     ssize_t n = 0;
@@ -403,7 +529,16 @@ int progressOnce(FabricState* s) {
     }
     // Completions are applied outside fiMutex: complete() takes a tracker's mutex, which posters hold before fiMutex.
     if (n > 0) {
-      for (ssize_t i = 0; i < n; ++i) complete(static_cast<Op*>(entries[i].op_context), nullptr);
+      // Peers' signals first: a loopback signal and its own local completion can share a batch, and a flush that
+      // returns on the completion should find the add done.
+      for (ssize_t i = 0; i < n; ++i) {
+        if (entries[i].flags & FI_REMOTE_CQ_DATA) applySignal(s, entries[i].data);
+      }
+      for (ssize_t i = 0; i < n; ++i) {
+        if (!(entries[i].flags & FI_REMOTE_CQ_DATA) && entries[i].op_context != nullptr) {
+          complete(static_cast<Op*>(entries[i].op_context), nullptr);
+        }
+      }
       handled += static_cast<int>(n);
       if (n == 32) continue;
       break;
@@ -432,19 +567,72 @@ int progressOnce(FabricState* s) {
   return handled;
 }
 
+/// How long after a caller's progress call the progress thread counts on more of them (see externalProgressNs).
+constexpr std::chrono::milliseconds kExternalProgressGrace{1};
+
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+bool externalProgressRecent(const FabricState* s) {
+  const int64_t last = s->externalProgressNs.load(std::memory_order_relaxed);
+  return last != 0 && steadyNs() - last < std::chrono::nanoseconds(kExternalProgressGrace).count();
+}
+
+/// Blocks the progress thread until the CQ has something (its wait fd) or `timeoutMs` passes; where the provider has
+/// no wait fd, sleeps `fallback`. fi_trywait says whether blocking is safe (nothing already waiting in the CQ).
+void blockOnCq(FabricState* s, int timeoutMs, std::chrono::microseconds fallback) {
+  if (s->waitFd < 0) {
+    std::this_thread::sleep_for(fallback);
+    return;
+  }
+  // Work queued after our anyPending check finds progressSleeping set and is posted by its caller (enqueueLocked).
+  s->progressSleeping.store(true);
+  int rc = -FI_EAGAIN;
+  if (!s->anyPending.load()) {
+    std::lock_guard<std::mutex> lock(s->fiMutex);
+    fid_t fid = &s->cq->fid;
+    rc = fi_trywait(s->fabric, &fid, 1);
+  }
+  if (rc == FI_SUCCESS) {
+    pollfd pfd{s->waitFd, POLLIN, 0};
+    (void)::poll(&pfd, 1, timeoutMs);
+  } else if (s->anyPending.load()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));  // the caller driving progress posts it
+  }
+  s->progressSleeping.store(false);
+}
+
 void progressLoop(FabricState* s) {
-  int idle = 0;
+  // After the last completion, spin (yielding) for a moment, then block on the CQ's wait fd (tcp: its sockets), or
+  // sleep where the provider has none: the target side of a transfer must move while its process is idle, without
+  // taking a core from the ranks. While the thread spins, a write can wait for its signal (enqueueLocked); the 50 us
+  // cover a ping-pong's turnaround. Spinning 1 ms instead measured the same put+signal ping-pong over tcp here.
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  constexpr auto kShortSleeps = std::chrono::milliseconds(50);
+  auto lastWork = Clock::now();
+  uint32_t idle = 0;
   while (!s->stop.load(std::memory_order_relaxed)) {
     if (progressOnce(s) > 0) {
       idle = 0;
+      lastWork = Clock::now();
       continue;
     }
-    // Spin briefly, then back off: the target side of a transfer must move while its process is idle, without
-    // taking a core from the ranks.
-    if (++idle < 64) {
+    if ((++idle & 15u) != 0) {  // read the clock every 16 idle rounds only
+      std::this_thread::yield();
+      continue;
+    }
+    if (externalProgressRecent(s)) {
+      // A caller drives progress (a proxy thread polling for triggers, a host waiter): sleep rather than take a core
+      // from it or wake on the CQ's fd for every message it handles anyway; look again within the grace period.
+      std::this_thread::sleep_for(std::chrono::microseconds(250));
+      continue;
+    }
+    const auto quiet = Clock::now() - lastWork;
+    if (quiet < kSpin || s->anyPending.load()) {  // queued work (a held-back write, a full queue) is retried soon
       std::this_thread::yield();
     } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(idle < 1024 ? 20 : 200));
+      blockOnCq(s, 10, std::chrono::microseconds(quiet < kShortSleeps ? 20 : 200));
     }
   }
 }
@@ -488,6 +676,7 @@ ssize_t postAtomic(FabricState* s, Tracker* t, Op* op, const QueuedOp& sig) {
 }
 
 ssize_t postWrite(FabricState* s, Tracker* t, Op* op, const QueuedOp& q) {
+  const bool data = q.kind == OpKind::kWriteData;
   iovec iov{q.source, q.bytes};
   void* desc = q.desc;
   fi_rma_iov rma{q.address, q.bytes, q.key};
@@ -499,45 +688,146 @@ ssize_t postWrite(FabricState* s, Tracker* t, Op* op, const QueuedOp& q) {
   msg.rma_iov = &rma;
   msg.rma_iov_count = 1;
   msg.context = &op->context;
+  msg.data = data ? q.value : 0;
   std::lock_guard<std::mutex> lock(s->fiMutex);
-  return fi_writemsg(s->ep, &msg, s->opFlags | FI_COMPLETION);
+  return fi_writemsg(s->ep, &msg, s->opFlags | FI_COMPLETION | (data ? FI_REMOTE_CQ_DATA : 0));
+}
+
+/// A signal as an 8-byte write into the peer's landing line (its endpoint blob names it) carrying `sig.value` as
+/// remote CQ data. Not zero bytes: shm (1.17) never completes a zero-length write. FI_DELIVERY_COMPLETE where
+/// offered, as for writes.
+ssize_t postSignalData(FabricState* s, Tracker* t, Op* op, const QueuedOp& sig) {
+  iovec iov{s->operand, sizeof(uint64_t)};
+  void* desc = s->operandDesc;
+  fi_rma_iov rma{sig.address, sizeof(uint64_t), sig.key};
+  fi_msg_rma msg{};
+  msg.msg_iov = &iov;
+  msg.desc = &desc;
+  msg.iov_count = 1;
+  msg.addr = t->peer;
+  msg.rma_iov = &rma;
+  msg.rma_iov_count = 1;
+  msg.context = &op->context;
+  msg.data = sig.value;
+  std::lock_guard<std::mutex> lock(s->fiMutex);
+  return fi_writemsg(s->ep, &msg, s->opFlags | FI_REMOTE_CQ_DATA | FI_COMPLETION);
+}
+
+const char* opName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kWrite: return "fi_write";
+    case OpKind::kWriteData: return "fi_writedata (put with signal)";
+    case OpKind::kSignalData: return "fi_writedata (signal)";
+    case OpKind::kAtomic: break;
+  }
+  return "fi_atomic (signal)";
+}
+
+/// Posts `q` (caller holds t->mutex). False when it has to wait: the in-flight cap, -FI_EAGAIN, or an error
+/// (then recorded in t->error).
+bool postLocked(Tracker* t, const QueuedOp& q) {
+  FabricState* s = t->state;
+  if (s->inFlight.load(std::memory_order_relaxed) >= s->maxInFlight) return false;  // progress posts it later
+  const bool write = q.kind == OpKind::kWrite || q.kind == OpKind::kWriteData;
+  Op* op = newOpLocked(t, q.seq, write);
+  ssize_t rc = write                           ? postWrite(s, t, op, q)
+               : q.kind == OpKind::kSignalData ? postSignalData(s, t, op, q)
+                                               : postAtomic(s, t, op, q);
+  if (rc == -FI_EAGAIN) {  // connection being set up, or the provider out of room: progress retries it
+    dropOpLocked(t, op);
+    return false;
+  }
+  if (rc != 0) {
+    dropOpLocked(t, op);
+    t->error = std::string("libfabric transport: ") + opName(q.kind) + " to peer " + t->peerName +
+               " failed: " + fi_strerror(static_cast<int>(-rc));
+    return false;
+  }
+  s->inFlight.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void drainLocked(Tracker* t) {
   FabricState* s = t->state;
+  auto writeBefore = [t](uint64_t seq) { return !t->writes.empty() && *t->writes.begin() < seq; };
+  // Held signals first, oldest first; one still waiting means every later one waits too (it follows the same writes).
+  while (!t->held.empty() && !t->closed && t->error.empty()) {
+    if (writeBefore(t->held.front().seq) || !postLocked(t, t->held.front())) break;
+    t->held.pop_front();
+  }
+  // A signal carried as CQ data on a provider that delivers RMA writes in order goes straight behind its writes. It
+  // may pass signals held above: adds commute, and each one still lands after every write posted before it.
+  const bool ordered = s->signalPath == SignalPath::kDataOrdered;
   while (!t->queue.empty() && !t->closed && t->error.empty()) {
+    if (t->tailDeferred) {  // the queue's only entry; it goes once the window has passed
+      if (Clock::now() - t->tailSince < kCombineWindow) break;
+      t->tailDeferred = false;
+    }
     const QueuedOp& q = t->queue.front();
-    if (!q.write && !t->writes.empty() && *t->writes.begin() < q.seq) break;   // an earlier write is in flight
-    if (s->inFlight.load(std::memory_order_relaxed) >= s->maxInFlight) break;  // progress posts it later
-    Op* op = newOpLocked(t, q.seq, q.write);
-    ssize_t rc = q.write ? postWrite(s, t, op, q) : postAtomic(s, t, op, q);
-    if (rc == -FI_EAGAIN) {  // connection being set up, or the provider out of room: progress retries it
-      dropOpLocked(t, op);
-      break;
+    const bool holdable = q.kind == OpKind::kAtomic || (q.kind == OpKind::kSignalData && !ordered);
+    if (holdable && (!t->held.empty() || writeBefore(q.seq))) {
+      t->held.push_back(q);  // every write before it is posted; it goes once they have completed
+      t->queue.pop_front();
+      continue;
     }
-    if (rc != 0) {
-      dropOpLocked(t, op);
-      t->error = std::string("libfabric transport: ") + (q.write ? "fi_write" : "fi_atomic (signal)") + " to peer " +
-                 t->peerName + " failed: " + fi_strerror(static_cast<int>(-rc));
-      break;
-    }
-    s->inFlight.fetch_add(1, std::memory_order_relaxed);
+    if (!postLocked(t, q)) break;
     t->queue.pop_front();
   }
-  if (!t->error.empty()) t->queue.clear();
-  if (!t->queue.empty()) s->anyPending.store(true);
+  if (!t->error.empty()) {
+    t->queue.clear();
+    t->held.clear();
+  }
+  if (!t->queue.empty() || !t->held.empty()) s->anyPending.store(true);
 }
 
 /// Queues `q` behind what waits on `t` and posts what can go now. Caller holds t->mutex.
-void enqueueLocked(Tracker* t, QueuedOp q) {
+/// With signals carried as CQ data behind the writes, a write that would be posted at once (`combinable`: the last
+/// piece of a write, nothing queued before it) waits up to kCombineWindow for a signal: the signal then rides on it
+/// (kWriteData) and put + signal cost one message, as in the raw fi_writedata loop; over tcp a second small message
+/// right behind the first cost about 13 us more here (raw loop, 8 B to 4 KB). Only while the progress thread is awake
+/// to post it when the window ends.
+/// Whether a signal can ride on the write at the queue's tail as its CQ data. In order delivery (kDataOrdered): always.
+/// Otherwise when no earlier write is still in flight: the target reports a write's CQ data only once that write is in
+/// its memory, and every write before it has completed (delivered).
+bool canFuseLocked(const Tracker* t) {
+  const SignalPath path = t->state->signalPath;
+  return path == SignalPath::kDataOrdered ||
+         (path == SignalPath::kDataAfterCompletion && t->writes.empty() && t->held.empty());
+}
+
+void enqueueLocked(Tracker* t, QueuedOp q, bool combinable = false) {
+  FabricState* s = t->state;
   q.seq = t->nextSeq++;
+  if (t->tailDeferred) {
+    t->tailDeferred = false;
+    if (q.kind == OpKind::kSignalData && canFuseLocked(t)) {
+      QueuedOp& tail = t->queue.back();
+      tail.kind = OpKind::kWriteData;  // keeps its sequence number; the signal's (q.seq) is never used
+      tail.value = q.value;
+      drainLocked(t);
+      return;
+    }
+  }
   t->queue.push_back(q);
+  if (combinable && q.kind == OpKind::kWrite && t->queue.size() == 1 && s->progressThread && canFuseLocked(t) &&
+      !t->closed) {
+    // Dekker with the progress thread (both seq_cst): it sets progressSleeping, then reads anyPending before it
+    // blocks; we set anyPending, then read progressSleeping. One of us sees the other: it stays awake, or we post now.
+    s->anyPending.store(true);
+    if (!s->progressSleeping.load() || externalProgressRecent(s)) {  // someone drains it when the window ends
+      t->tailDeferred = true;
+      t->tailSince = Clock::now();
+      return;
+    }
+  }
   drainLocked(t);
 }
 
-/// Drives progress from the calling thread when there is no progress thread; otherwise lets it run.
+/// One step of a caller's wait (flush, a full queue): drives progress from the calling thread when there is no
+/// progress thread, or while callers drive it and the thread rests (a proxy thread that flushes is the caller that
+/// would otherwise have read these completions); else lets the thread run.
 void waitStep(FabricState* s) {
-  if (!s->progressThread) {
+  if (!s->progressThread || externalProgressRecent(s)) {
     if (progressOnce(s) == 0) std::this_thread::yield();
   } else {
     std::this_thread::yield();
@@ -552,7 +842,7 @@ constexpr size_t kMaxQueued = 65536;
 /// Waits, with t's lock held by `lock`, until t's queue has room, at most kPostTimeout.
 void waitForRoom(Tracker* t, std::unique_lock<std::mutex>& lock, const char* what) {
   const auto deadline = Clock::now() + kPostTimeout;
-  while (t->queue.size() >= kMaxQueued) {
+  while (t->queue.size() + t->held.size() >= kMaxQueued) {
     lock.unlock();
     if (Clock::now() > deadline) {
       throw Failure(weftTimeout, std::string("libfabric transport: ") + what + " to peer " + t->peerName + ": " +
@@ -568,6 +858,35 @@ void waitForRoom(Tracker* t, std::unique_lock<std::mutex>& lock, const char* wha
 // ---- entry points ----
 
 const char* fabricLastError() { return tLastError.c_str(); }
+
+/// What the `signals` option asks for.
+enum class SignalChoice { kAuto, kDataAfterCompletion, kAtomic };
+
+/// Whether the provider delivers one peer's RMA writes to the target in the order they were posted, the bytes of
+/// each in memory before the next is reported: what a signal needs to travel as CQ data right behind its writes.
+/// libfabric documents it as message order FI_ORDER_(RMA_)WAW on both sides plus FI_ORDER_DATA in the receive
+/// completion order. tcp;ofi_rxm reports FI_ORDER_RMA_WAW but no completion order; its tcp layer (xnet) reads each
+/// peer's one TCP stream a message at a time (header, payload into the target buffer, then the completion), so the
+/// order holds there by construction; ofi_rxm sends one peer's RMA writes down that one connection.
+bool deliversWritesInOrder(const fi_info* fi) {
+  const uint64_t waw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
+  if ((fi->tx_attr->msg_order & waw) == 0 || (fi->rx_attr->msg_order & waw) == 0) return false;
+  if (fi->rx_attr->comp_order & FI_ORDER_DATA) return true;
+  return providerOf(fi) == "tcp;ofi_rxm";
+}
+
+void chooseSignalPath(FabricState* s, SignalChoice choice) {
+  const fi_info* fi = s->info;
+  // 64 bits of CQ data, reported without a posted receive (no FI_RX_CQ_DATA mode: hints never accept it).
+  const bool data = fi->domain_attr->cq_data_size >= sizeof(uint64_t) && !(fi->mode & FI_RX_CQ_DATA);
+  if (choice == SignalChoice::kAtomic || !data) {
+    s->signalPath = SignalPath::kAtomic;
+  } else if (choice == SignalChoice::kAuto && deliversWritesInOrder(fi)) {
+    s->signalPath = SignalPath::kDataOrdered;
+  } else {
+    s->signalPath = SignalPath::kDataAfterCompletion;
+  }
+}
 
 void openResources(FabricState* s, const fi_info* chosen) {
   s->info = fi_dupinfo(chosen);
@@ -591,10 +910,17 @@ void openResources(FabricState* s, const fi_info* chosen) {
   rc = fi_domain(s->fabric, fi, &s->domain, nullptr);
   if (rc != 0) throwFi("fi_domain", rc);
   fi_cq_attr cqAttr{};
-  cqAttr.format = FI_CQ_FORMAT_CONTEXT;
-  cqAttr.wait_obj = FI_WAIT_NONE;
+  cqAttr.format = FI_CQ_FORMAT_DATA;  // flags and data: a peer's signal arrives as a remote CQ data entry
   cqAttr.size = fi->tx_attr->size + fi->rx_attr->size;
+  // A file descriptor to sleep on when idle where the provider offers one (tcp: its sockets' epoll set), so the
+  // progress thread wakes when data arrives instead of competing for a core with the ranks' own spinning threads.
+  cqAttr.wait_obj = FI_WAIT_FD;
   rc = fi_cq_open(s->domain, &cqAttr, &s->cq, nullptr);
+  if (rc == 0 && fi_control(&s->cq->fid, FI_GETWAIT, &s->waitFd) != 0) s->waitFd = -1;
+  if (rc != 0) {
+    cqAttr.wait_obj = FI_WAIT_NONE;
+    rc = fi_cq_open(s->domain, &cqAttr, &s->cq, nullptr);
+  }
   if (rc != 0) throwFi("fi_cq_open", rc);
   fi_av_attr avAttr{};
   avAttr.type = fi->domain_attr->av_type != FI_AV_UNSPEC ? fi->domain_attr->av_type : FI_AV_TABLE;
@@ -633,6 +959,7 @@ void closeResources(FabricState* s) {
         t->outstanding.clear();
         t->writes.clear();
         t->queue.clear();
+        t->held.clear();
       }
     }
     s->trackers.clear();
@@ -640,6 +967,12 @@ void closeResources(FabricState* s) {
   for (Op* op : leftover) delete op;
   closeFid(s->stagingMr != nullptr ? &s->stagingMr->fid : nullptr);
   s->stagingMr = nullptr;
+  closeFid(s->landingMr != nullptr ? &s->landingMr->fid : nullptr);
+  closeFid(s->operandMr != nullptr ? &s->operandMr->fid : nullptr);
+  s->landingMr = nullptr, s->operandMr = nullptr;
+  std::free(s->landing);
+  std::free(s->operand);
+  s->landing = nullptr, s->operand = nullptr;
 #if !WEFT_BUILD_GPU_NONE
   if (s->staging != nullptr) (void)hipHostFree(s->staging);
 #endif
@@ -651,6 +984,36 @@ void closeResources(FabricState* s) {
   s->av = nullptr, s->cq = nullptr, s->domain = nullptr, s->fabric = nullptr;
   if (s->info != nullptr) fi_freeinfo(s->info);
   s->info = nullptr;
+}
+
+void bindMr(FabricState* s, fid_mr* mr);
+
+/// Registers `bytes` of host memory at `address` for `access` (bound to the endpoint where FI_MR_ENDPOINT asks).
+fid_mr* registerInternal(FabricState* s, void* address, uint64_t bytes, uint64_t access, const char* what) {
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_reg(s->domain, address, bytes, access, 0, (s->mrMode & FI_MR_PROV_KEY) ? 0 : s->nextKey.fetch_add(1),
+                     0, &mr, nullptr);
+  if (rc != 0) throwFi(std::string("fi_mr_reg of the ") + what, rc);
+  bindMr(s, mr);
+  return mr;
+}
+
+/// The landing line peers' CQ data signals write into, and the 8 bytes ours write from.
+void openSignalLines(FabricState* s) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kLandingBytes, kLandingBytes) != 0) throw std::bad_alloc();
+  std::memset(p, 0, kLandingBytes);
+  s->landing = static_cast<uint64_t*>(p);
+  if (posix_memalign(&p, sizeof(uint64_t), sizeof(uint64_t)) != 0) throw std::bad_alloc();
+  s->operand = static_cast<uint64_t*>(p);
+  *s->operand = 0;
+  s->landingMr = registerInternal(s, s->landing, kLandingBytes, FI_REMOTE_WRITE | FI_REMOTE_READ | FI_WRITE | FI_READ,
+                                  "landing line");
+  s->operandMr = registerInternal(s, s->operand, sizeof(uint64_t), FI_READ | FI_WRITE, "signal operand");
+  s->operandDesc = fi_mr_desc(s->operandMr);
+  if (fi_mr_key(s->landingMr) == FI_KEY_NOTAVAIL) {
+    throw Failure(weftNotSupported, "libfabric transport: provider " + s->provider + " gives no 64-bit memory key");
+  }
 }
 
 /// Owns a state during init, so a failure half-way closes what was opened.
@@ -681,6 +1044,7 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     }
     std::string provider, domain;
     int progressOption = -1;
+    SignalChoice signals = SignalChoice::kAuto;
     for (uint64_t i = 0; i < numOptions; ++i) {
       std::string key = keys[i] != nullptr ? keys[i] : "", value = values[i] != nullptr ? values[i] : "";
       if (key == "provider") {
@@ -694,9 +1058,20 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
                         "libfabric transport: option progress_thread='" + value + "' is not a boolean");
         }
         progressOption = on ? 1 : 0;
+      } else if (key == "signals") {
+        if (value == "auto") {
+          signals = SignalChoice::kAuto;
+        } else if (value == "data_after_completion") {
+          signals = SignalChoice::kDataAfterCompletion;
+        } else if (value == "atomic") {
+          signals = SignalChoice::kAtomic;
+        } else {
+          throw Failure(weftInvalidArgument, "libfabric transport: option signals='" + value +
+                                                 "' is not one of auto, data_after_completion, atomic");
+        }
       } else {
-        throw Failure(weftInvalidArgument,
-                      "libfabric transport: unknown option '" + key + "' (known: provider, domain, progress_thread)");
+        throw Failure(weftInvalidArgument, "libfabric transport: unknown option '" + key +
+                                               "' (known: provider, domain, progress_thread, signals)");
       }
     }
     // With a GPU runtime, prefer an entry that registers GPU memory itself (FI_HMEM); else stage through host memory.
@@ -714,7 +1089,7 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
       fi_info* list = query(provider, domain, hmem, delivery);
       if (list == nullptr) continue;
       lists.push_back(list);
-      chosen = best(list);
+      chosen = best(list, domain);
     }
     if (chosen == nullptr) {
       std::string what = provider.empty() ? "no provider" : "provider '" + provider + "'";
@@ -724,7 +1099,21 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
                                              "offers RDM endpoints of: " +
                                              offeredProviders());
     }
+    const char* wanted = std::getenv("WEFT_BOOTSTRAP_INTERFACE");
+    if (domain.empty() && wanted != nullptr && *wanted != '\0' && chosen->domain_attr->name != nullptr &&
+        std::strcmp(chosen->domain_attr->name, wanted) != 0) {
+      logf(s, weftLogWarn,
+           "libfabric transport: WEFT_BOOTSTRAP_INTERFACE is %s, but provider %s offers no domain on it (not up "
+           "yet?); using domain %s",
+           wanted, providerOf(chosen).c_str(), chosen->domain_attr->name);
+    }
     openResources(s, chosen);
+    chooseSignalPath(s, signals);
+    const uint64_t raw = FI_ORDER_RAW | FI_ORDER_RMA_RAW;
+    s->flushByRead = s->signalPath == SignalPath::kDataOrdered && (s->info->caps & FI_READ) &&
+                     (s->info->tx_attr->msg_order & raw) && (s->info->rx_attr->msg_order & raw);
+    if (s->flushByRead) s->opFlags = 0;
+    openSignalLines(s);  // CQ data signals land there; every path's teardown probe reads it
     if (!s->atomics) {
       throw Failure(weftNotSupported, "libfabric transport: provider " + s->provider +
                                           " has no FI_SUM atomic on FI_UINT64 (fi_query_atomic), which signals need");
@@ -752,21 +1141,124 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
 #endif
     if (s->progressThread) s->progress = std::thread(progressLoop, s);
     logf(s, weftLogInfo,
-         "libfabric transport up: provider %s domain %s, %s progress%s, delivery-complete %s, hmem %s, mr_mode "
-         "0x%" PRIx64,
+         "libfabric transport up: provider %s domain %s, %s progress%s, flush: %s, hmem %s, mr_mode "
+         "0x%" PRIx64 ", signals: %s, idle wait: %s",
          s->provider.c_str(), s->domainName.c_str(), manual ? "manual" : "auto",
-         s->progressThread ? " (thread)" : " (callers)", s->deliveryComplete ? "yes" : "no", s->hmem ? "yes" : "no",
-         s->mrMode);
+         s->progressThread ? " (thread)" : " (callers)",
+         s->flushByRead        ? "read behind the writes"
+         : s->deliveryComplete ? "delivery-complete writes"
+                               : "completions",
+         s->hmem ? "yes" : "no", s->mrMode, signalPathName(s->signalPath), s->waitFd >= 0 ? "fd" : "sleep");
     *stateOut = s;
     closer.s = nullptr;
   });
 }
 
+/// Posts an 8-byte read of the peer's landing line as operation `seq` of `t`: the read that ends a flush (see
+/// FabricState::flushByRead) and the teardown probe. Caller holds t->mutex. False while the provider has no room
+/// (-FI_EAGAIN): the caller retries. A refusal is recorded in t->error.
+bool postLandingReadLocked(Tracker* t, uint64_t seq) {
+  FabricState* s = t->state;
+  Op* op = newOpLocked(t, seq, false);
+  ssize_t rc = 0;
+  {
+    std::lock_guard<std::mutex> lock(s->fiMutex);
+    rc = fi_read(s->ep, s->operand, sizeof(uint64_t), s->operandDesc, t->peer, t->peerLandingAddress, t->peerLandingKey,
+                 &op->context);
+  }
+  if (rc == -FI_EAGAIN) {
+    dropOpLocked(t, op);
+    return false;
+  }
+  if (rc != 0) {
+    dropOpLocked(t, op);
+    t->error = "libfabric transport: fi_read of the landing line from peer " + t->peerName +
+               " failed: " + fi_strerror(static_cast<int>(-rc));
+    return true;
+  }
+  s->inFlight.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+/// Whether every peer this endpoint talked to answers an 8-byte read of its landing line within kTeardownProbe
+/// (an error answer counts: the connection is known broken). `silent` lists those that did not.
+/// Why: ofi_rxm (libfabric 1.17) crashes inside fi_close(ep) when a peer's connection stopped mid-message (a cut
+/// link): it reads the completion error of the cancelled remote write and dereferences its context, which is null.
+/// A peer that cannot answer a read may be in that state; one that answers, or whose connection failed, is not.
+bool everyPeerAnswers(FabricState* s, std::string* silent) {
+  std::vector<std::shared_ptr<Tracker>> probes;
+  {
+    std::lock_guard<std::mutex> lock(s->avMutex);
+    for (const auto& [bytes, peer] : s->peers) {
+      if (!peer.landing) continue;  // an older peer without a landing line: nothing to read
+      auto t = std::make_shared<Tracker>();
+      t->state = s;
+      t->peer = peer.address;
+      t->peerName = peer.name;
+      t->self = t;
+      t->peerLanding = true;
+      t->peerLandingKey = peer.landingKey;
+      t->peerLandingAddress = peer.landingBase;
+      std::lock_guard<std::mutex> tl(t->mutex);
+      for (auto until = Clock::now() + kTeardownProbe; !postLandingReadLocked(t.get(), 1) && Clock::now() < until;) {
+        if (!s->progressThread) (void)progressOnce(s);
+        std::this_thread::yield();
+      }
+      if (t->outstanding.empty()) continue;  // refused at once: the connection is down and known to be
+      probes.push_back(std::move(t));
+    }
+  }
+  auto unanswered = [&] {
+    size_t n = 0;
+    for (auto& t : probes) {
+      std::lock_guard<std::mutex> lock(t->mutex);
+      n += !t->outstanding.empty();
+    }
+    return n;
+  };
+  const auto deadline = Clock::now() + kTeardownProbe;
+  while (unanswered() > 0 && Clock::now() < deadline) {
+    if (s->progressThread) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else if (progressOnce(s) == 0) {
+      std::this_thread::yield();
+    }
+  }
+  for (auto& t : probes) {
+    std::lock_guard<std::mutex> lock(t->mutex);
+    if (!t->outstanding.empty()) *silent += (silent->empty() ? "" : ", ") + t->peerName;
+  }
+  // A probe still in flight keeps its tracker through its Op, which the provider holds as the operation's context.
+  return silent->empty();
+}
+
+/// States finalize left open (see fabricFinalize); never destroyed, so a leak checker sees them reachable.
+std::vector<FabricState*>* abandonedStates = new std::vector<FabricState*>();
+
 weftResult_t fabricFinalize(void* state) {
   return guard([&] {
     auto* s = checked<FabricState>(state, Tag::kState, "libfabric transport state");
-    StateCloser closer{s};
     s->tag = Tag::kDead;
+    std::string silent;
+    if (s->provider.find("ofi_rxm") != std::string::npos && !everyPeerAnswers(s, &silent)) {
+      // Closing would crash in the provider (see everyPeerAnswers): stop our thread and leave the endpoint, its
+      // buffers and this library loaded (RTLD_NODELETE) until the process ends.
+      if (s->progress.joinable()) {
+        s->stop = true;
+        s->progress.join();
+      }
+      Dl_info self{};
+      if (dladdr(reinterpret_cast<void*>(&fabricFinalize), &self) != 0 && self.dli_fname != nullptr) {
+        (void)dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+      }
+      abandonedStates->push_back(s);
+      logf(s, weftLogWarn,
+           "libfabric transport: peer %s did not answer at teardown (link down?); provider %s could crash closing "
+           "the endpoint, so it is left open until the process ends",
+           silent.c_str(), s->provider.c_str());
+      return;
+    }
+    StateCloser closer{s};
   });
 }
 
@@ -812,6 +1304,11 @@ weftResult_t fabricCreateEndpoint(void* state, uint32_t device, void** endpointO
     setField(b.provider, s->provider);
     b.addressFormat = s->addressFormat;
     b.addressBytes = static_cast<uint32_t>(s->address.size());
+    if (s->landingMr != nullptr) {
+      b.flags = kEndpointLanding;
+      b.landingKey = fi_mr_key(s->landingMr);
+      b.landingBase = (s->mrMode & FI_MR_VIRT_ADDR) ? reinterpret_cast<uint64_t>(s->landing) : 0;
+    }
     std::memcpy(b.address, s->address.data(), s->address.size());
     auto e = std::make_unique<FabricEndpoint>();
     e->state = s;
@@ -827,6 +1324,22 @@ weftResult_t fabricDestroyEndpoint(void* endpoint) {
     e->tag = Tag::kDead;
     delete e;
   });
+}
+
+/// Whether `addr` (of the endpoint's address format) is a loopback address: 127.0.0.0/8 or ::1. False for formats
+/// that are not IP (shm's names).
+bool isLoopback(uint32_t format, const uint8_t* addr, size_t len) {
+  if (format == FI_SOCKADDR_IN && len >= sizeof(sockaddr_in)) {
+    sockaddr_in a{};
+    std::memcpy(&a, addr, sizeof(a));
+    return (ntohl(a.sin_addr.s_addr) >> 24) == 127;
+  }
+  if (format == FI_SOCKADDR_IN6 && len >= sizeof(sockaddr_in6)) {
+    sockaddr_in6 a{};
+    std::memcpy(&a, addr, sizeof(a));
+    return IN6_IS_ADDR_LOOPBACK(&a.sin6_addr);
+  }
+  return false;
 }
 
 std::string addressText(FabricState* s, const uint8_t* addr, size_t len) {
@@ -861,17 +1374,33 @@ weftResult_t fabricConnect(void* endpoint, const void* peerBlob, uint64_t peerBl
                         std::to_string(b.addressFormat) + "), this process runs '" + s->provider + "' (format " +
                         std::to_string(s->addressFormat) + "): set the same [transport.libfabric] provider on both");
     }
+    if ((b.flags & ~kEndpointLanding) != 0 || b.reserved != 0) {
+      throw Failure(weftInvalidArgument, "libfabric transport: peer endpoint blob has unknown flags");
+    }
     if (b.addressBytes == 0 || b.addressBytes > kMaxAddressBytes) {
       throw Failure(weftInvalidArgument,
                     "libfabric transport: peer address length " + std::to_string(b.addressBytes) + " is out of range");
     }
     std::vector<uint8_t> key(b.address, b.address + b.addressBytes);
+    // An endpoint on loopback reaches only this host's loopback, and is reached only from there: writes between it and
+    // any other address would be queued and never arrive (a peer in another namespace or host). Say so now instead of
+    // timing out later.
+    const bool hereLoopback = isLoopback(s->addressFormat, s->address.data(), s->address.size());
+    if (hereLoopback != isLoopback(b.addressFormat, key.data(), key.size())) {
+      throw Failure(weftInvalidArgument,
+                    "libfabric transport: " + std::string(hereLoopback ? "this endpoint" : "the peer's endpoint") +
+                        " is on loopback, so this endpoint (domain " + s->domainName + ", " +
+                        addressText(s, s->address.data(), s->address.size()) + ") cannot reach the peer at " +
+                        addressText(s, key.data(), key.size()) +
+                        ": set [transport.libfabric] domain (or WEFT_BOOTSTRAP_INTERFACE) on both to an interface "
+                        "that routes between them, and check that it is up");
+    }
     fi_addr_t peer = FI_ADDR_UNSPEC;
     {
       std::lock_guard<std::mutex> lock(s->avMutex);
       auto it = s->peers.find(key);
       if (it != s->peers.end()) {
-        peer = it->second;
+        peer = it->second.address;
       } else {
         int n = fi_av_insert(s->av, key.data(), 1, &peer, 0, nullptr);
         if (n != 1) {
@@ -879,13 +1408,21 @@ weftResult_t fabricConnect(void* endpoint, const void* peerBlob, uint64_t peerBl
                                                  addressText(s, key.data(), key.size()) + " (" +
                                                  (n < 0 ? fi_strerror(-n) : "0 inserted") + ")");
         }
-        s->peers[key] = peer;
+        FabricState::Peer& entry = s->peers[key];
+        entry.address = peer;
+        entry.name = addressText(s, key.data(), key.size());
+        entry.landing = (b.flags & kEndpointLanding) != 0;
+        entry.landingKey = b.landingKey;
+        entry.landingBase = b.landingBase;
       }
     }
     auto t = std::make_shared<Tracker>();
     t->state = s;
     t->peer = peer;
     t->peerName = addressText(s, key.data(), key.size());
+    t->peerLanding = (b.flags & kEndpointLanding) != 0;
+    t->peerLandingKey = b.landingKey;
+    t->peerLandingAddress = b.landingBase;
     t->self = t;
     {
       std::lock_guard<std::mutex> lock(s->trackersMutex);
@@ -909,10 +1446,22 @@ weftResult_t fabricCloseConnection(void* connection) {
       std::lock_guard<std::mutex> lock(c->tracker->mutex);
       c->tracker->closed = true;  // queued operations are dropped (unflushed work may be lost)
       c->tracker->queue.clear();
+      c->tracker->held.clear();
+      c->tracker->tailDeferred = false;
     }
     c->tag = Tag::kDead;
     delete c;  // operations still in flight keep the tracker until they complete (or finalize frees them)
   });
+}
+
+/// Takes `r` out of the signal table (a later CQ data signal naming its id is dropped, or reaches the registration
+/// that reuses the id: peers must stop signalling a registration before it is deregistered, as for writes).
+void forgetSignalTarget(FabricState* s, FabricRegion* r) {
+  if (r->signalId == 0) return;
+  std::lock_guard<std::mutex> lock(s->signalMutex);
+  s->signalTargets[r->signalId] = nullptr;
+  s->freeSignalIds.push_back(r->signalId);
+  r->signalId = 0;
 }
 
 void bindMr(FabricState* s, fid_mr* mr) {
@@ -976,6 +1525,20 @@ weftResult_t fabricRegisterMemory(void* state, const weftMemoryDescriptor_v1* de
       bindMr(s, r->mr);
       r->desc = fi_mr_desc(r->mr);
     }
+    // Host memory this process can add to with a CPU atomic (8-byte aligned words) may be signalled as CQ data.
+    const bool signalTarget = s->signalPath != SignalPath::kAtomic && r->kind == weftMemoryHost && !r->staged &&
+                              reinterpret_cast<uintptr_t>(r->address) % sizeof(uint64_t) == 0;
+    if (signalTarget) {
+      std::lock_guard<std::mutex> lock(s->signalMutex);
+      if (!s->freeSignalIds.empty()) {
+        r->signalId = s->freeSignalIds.back();
+        s->freeSignalIds.pop_back();
+      } else if (s->signalTargets.size() <= kMaxSignalId) {
+        r->signalId = static_cast<uint32_t>(s->signalTargets.size());
+        s->signalTargets.push_back(nullptr);
+      }  // else: ids used up; signals to this registration go as fi_atomic
+      if (r->signalId != 0) s->signalTargets[r->signalId] = r.get();
+    }
     MemoryBlob b{};
     b.magic = kMemoryMagic;
     b.version = kWireVersion;
@@ -985,7 +1548,9 @@ weftResult_t fabricRegisterMemory(void* state, const weftMemoryDescriptor_v1* de
     b.key = r->mr != nullptr ? fi_mr_key(r->mr) : 0;
     b.base = desc->address;
     b.size = r->size;
+    b.signalId = r->signalId;
     if (r->mr != nullptr && b.key == FI_KEY_NOTAVAIL) {
+      forgetSignalTarget(s, r.get());
       fi_close(&r->mr->fid);
       throw Failure(weftNotSupported, "libfabric transport: provider " + s->provider + " gives no 64-bit memory key");
     }
@@ -998,6 +1563,7 @@ weftResult_t fabricRegisterMemory(void* state, const weftMemoryDescriptor_v1* de
 weftResult_t fabricDeregisterMemory(void* memory) {
   return guard([&] {
     auto* r = checked<FabricRegion>(memory, Tag::kRegion, "libfabric transport registration");
+    forgetSignalTarget(r->state, r);
     if (r->mr != nullptr) fi_close(&r->mr->fid);
     r->tag = Tag::kDead;
     delete r;
@@ -1026,7 +1592,7 @@ weftResult_t fabricImportMemory(void* state, const void* blob, uint64_t blobByte
                                              "', this process runs '" + s->provider + "'");
     }
     if (b.size == 0 || b.size > kMaxRegionBytes || (b.flags & ~(kMemoryStaged | kMemoryVirtAddr)) != 0 ||
-        (b.kind != weftMemoryHost && b.kind != weftMemoryGpu)) {
+        (b.kind != weftMemoryHost && b.kind != weftMemoryGpu) || b.signalId > kMaxSignalId || b.reserved != 0) {
       throw Failure(weftInvalidArgument, "libfabric transport: memory blob has an invalid size, kind or flags");
     }
     if (b.flags & kMemoryStaged) {
@@ -1037,6 +1603,7 @@ weftResult_t fabricImportMemory(void* state, const void* blob, uint64_t blobByte
     remote->key = b.key;
     remote->rmaBase = (b.flags & kMemoryVirtAddr) ? b.base : 0;
     remote->size = b.size;
+    remote->signalId = b.signalId;
     *mappedAddress = 0;
     *remoteOut = remote.release();
   });
@@ -1098,8 +1665,8 @@ void stagedWrite(FabricState* s, Tracker* t, FabricRemote* dst, uint64_t dstOffs
       std::unique_lock<std::mutex> lock(t->mutex);
       waitForRoom(t, lock, "fi_write (staged)");
       seq = t->nextSeq;
-      enqueueLocked(t, QueuedOp{0, true, static_cast<uint8_t*>(s->staging), desc, n, dst->rmaBase + dstOffset + done,
-                                dst->key, 0});
+      enqueueLocked(t, QueuedOp{0, OpKind::kWrite, static_cast<uint8_t*>(s->staging), desc, n,
+                                dst->rmaBase + dstOffset + done, dst->key, 0});
     }
     waitOp(t, seq);  // the bounce buffer is reused next: this chunk must have left it (and arrived)
     done += n;
@@ -1127,8 +1694,10 @@ weftResult_t fabricWrite(void* connection, void* dstRemote, uint64_t dstOffset, 
       {
         std::unique_lock<std::mutex> lock(t->mutex);
         waitForRoom(t, lock, "fi_write");
-        enqueueLocked(t, QueuedOp{0, true, src->address + srcOffset + done, src->desc, n,
-                                  dst->rmaBase + dstOffset + done, dst->key, 0});
+        enqueueLocked(t,
+                      QueuedOp{0, OpKind::kWrite, src->address + srcOffset + done, src->desc, n,
+                               dst->rmaBase + dstOffset + done, dst->key, 0},
+                      done + n == bytes);
       }
       done += n;
     }
@@ -1147,13 +1716,23 @@ weftResult_t fabricAtomicAdd(void* connection, void* dstRemote, uint64_t dstOffs
     Tracker* t = c->tracker.get();
     FabricState* s = t->state;
     const uint64_t address = dst->rmaBase + dstOffset;
+    // CQ data where the peer gave the registration a signal id and the word and value fit the 64 bits.
+    const uint64_t word = dstOffset / sizeof(uint64_t);
+    const bool asData = s->signalPath != SignalPath::kAtomic && t->peerLanding && dst->signalId != 0 &&
+                        word <= kMaxSignalWord && value <= kMaxSignalValue;
+    QueuedOp op{0, OpKind::kAtomic, nullptr, nullptr, 0, address, dst->key, value};
+    if (asData) {
+      op = QueuedOp{0, OpKind::kSignalData,   nullptr,           nullptr,
+                    0, t->peerLandingAddress, t->peerLandingKey, encodeSignal(dst->signalId, word, value)};
+    }
     uint64_t seq = 0;
     {
       std::unique_lock<std::mutex> lock(t->mutex);
-      waitForRoom(t, lock, "fi_atomic (signal)");
+      waitForRoom(t, lock, opName(op.kind));
       seq = t->nextSeq;
-      // Posted now when no write of this connection is in flight; else held back until they complete.
-      enqueueLocked(t, QueuedOp{0, false, nullptr, nullptr, 0, address, dst->key, value});
+      // Posted now when it need not wait (ordered CQ data, or no write of this connection in flight); else held
+      // back until the writes before it complete.
+      enqueueLocked(t, op);
     }
     if (s->progressThread) return;
     // No progress thread: post it from here, waiting for the earlier writes.
@@ -1163,7 +1742,9 @@ weftResult_t fabricAtomicAdd(void* connection, void* dstRemote, uint64_t dstOffs
         std::lock_guard<std::mutex> lock(t->mutex);
         drainLocked(t);
         if (!t->error.empty()) throwTrackerError(t);
-        if (t->queue.empty() || t->queue.front().seq > seq) return;
+        // Both deques leave from the front in sequence order: this signal waits iff either front is at or before it.
+        const bool queued = !t->queue.empty() && t->queue.front().seq <= seq;
+        if (!queued && (t->held.empty() || t->held.front().seq > seq)) return;
       }
       if (Clock::now() > deadline) {
         throw Failure(weftTimeout, "libfabric transport: signal to peer " + t->peerName +
@@ -1185,14 +1766,36 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
     {
       std::lock_guard<std::mutex> lock(t->mutex);
       last = t->nextSeq - 1;  // everything that returned before this call began has a sequence number <= last
+      if (t->tailDeferred) {  // nothing more is coming to combine with: post it now
+        t->tailDeferred = false;
+        drainLocked(t);
+      }
     }
+    const bool byRead = s->flushByRead && t->peerLanding;
+    const uint64_t covered = last;  // what this flush vouches for (operations issued later may pass the read)
+    bool readPosted = false;
     for (;;) {
-      size_t left = 0;
+      size_t left = 0, unposted = 0;
       {
         std::lock_guard<std::mutex> lock(t->mutex);
         if (!t->error.empty()) throwTrackerError(t);
+        for (const auto& q : t->queue) unposted += q.seq <= last;
+        for (const auto& q : t->held) unposted += q.seq <= last;
+        const bool readNeeded = byRead && !readPosted && last > t->delivered;
+        if (readNeeded && unposted == 0) {
+          // Everything before is posted: the read goes behind it and comes back after it is delivered.
+          const uint64_t seq = t->nextSeq;
+          if (postLandingReadLocked(t, seq)) {
+            t->nextSeq = seq + 1;
+            last = seq;
+            readPosted = true;
+          }
+          if (!t->error.empty()) throwTrackerError(t);
+        }
         for (auto it = t->outstanding.begin(); it != t->outstanding.end() && it->first <= last; ++it) ++left;
-        for (const auto& q : t->queue) left += q.seq <= last;
+        left += unposted;
+        if (byRead && !readPosted && last > t->delivered) ++left;  // the read still to post
+        if (left == 0 && readPosted) t->delivered = std::max(t->delivered, covered);
       }
       if (left == 0) return;
       if (Clock::now() >= deadline) {
@@ -1203,6 +1806,16 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
       }
       waitStep(s);
     }
+  });
+}
+
+/// The 1.1 progress entry: one round of progressOnce from the caller's thread (a proxy thread while idle).
+weftResult_t fabricProgress(void* state, uint32_t* handled) {
+  return guard([&] {
+    auto* s = checked<FabricState>(state, Tag::kState, "libfabric transport state");
+    requireOut(handled, "handled");
+    s->externalProgressNs.store(steadyNs(), std::memory_order_relaxed);
+    *handled = static_cast<uint32_t>(progressOnce(s));
   });
 }
 
@@ -1226,6 +1839,7 @@ const weftTransport_v1 kFabricTransport = {
     .write = fabricWrite,
     .atomicAdd = fabricAtomicAdd,
     .flush = fabricFlush,
+    .progress = fabricProgress,
 };
 
 }  // namespace

@@ -7,8 +7,8 @@
 
 namespace weft::fabric {
 
-/// Version of both blob formats; another version is refused.
-inline constexpr uint32_t kWireVersion = 1;
+/// Version of both blob formats; another version is refused. 2: MemoryBlob::signalId, EndpointBlob's landing line.
+inline constexpr uint32_t kWireVersion = 2;
 inline constexpr uint32_t kEndpointMagic = 0x45464657;  // "WFFE"
 inline constexpr uint32_t kMemoryMagic = 0x4d464657;    // "WFFM"
 /// Bytes of the provider name field ("tcp;ofi_rxm"), NUL-terminated.
@@ -20,7 +20,11 @@ inline constexpr int kMaxAddressBytes = 256;
 inline constexpr uint32_t kMemoryVirtAddr = 1;  ///< RMA addresses are the owner's virtual addresses (FI_MR_VIRT_ADDR)
 inline constexpr uint32_t kMemoryStaged = 2;    ///< GPU memory without FI_HMEM: a write source only, no RMA target
 
-/// What a peer needs to reach an endpoint: the provider it runs and its fi_getname address.
+/// EndpointBlob::flags bits.
+inline constexpr uint32_t kEndpointLanding = 1;  ///< landingKey/landingBase name a line for CQ data signals
+
+/// What a peer needs to reach an endpoint: the provider it runs and its fi_getname address, and where its signals
+/// carried as remote CQ data write their 8 bytes.
 struct EndpointBlob {
   uint32_t magic;
   uint32_t version;
@@ -28,6 +32,10 @@ struct EndpointBlob {
   uint32_t addressFormat;  ///< fi_info::addr_format of the endpoint
   uint32_t addressBytes;   ///< used bytes of `address`
   uint8_t address[kMaxAddressBytes];
+  uint32_t flags;        ///< kEndpoint* bits
+  uint32_t reserved;     ///< 0
+  uint64_t landingKey;   ///< fi_mr_key of the landing line (kEndpointLanding)
+  uint64_t landingBase;  ///< its RMA address (its virtual address under FI_MR_VIRT_ADDR, else 0)
 };
 
 /// What a peer needs to write into (and add to) a registration.
@@ -40,6 +48,10 @@ struct MemoryBlob {
   uint64_t key;    ///< fi_mr_key of the registration
   uint64_t base;   ///< the buffer's address in the owner (RMA base when kMemoryVirtAddr)
   uint64_t size;   ///< registered bytes
+  /// The owner's id for signals carried as remote CQ data into this registration (1..65535), 0 when signals to it
+  /// must go as fi_atomic (owner without CQ data, GPU memory, unaligned base, ids used up).
+  uint32_t signalId;
+  uint32_t reserved;  ///< 0
 };
 
 static_assert(std::is_trivially_copyable_v<EndpointBlob> && std::is_trivially_copyable_v<MemoryBlob>);

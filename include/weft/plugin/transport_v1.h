@@ -12,6 +12,7 @@
 #ifndef WEFT_PLUGIN_TRANSPORT_V1_H_
 #define WEFT_PLUGIN_TRANSPORT_V1_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -216,10 +217,21 @@ typedef struct weftTransport_v1 {
    * destination, at most `timeoutNs` nanoseconds (then weftTimeout; the operations stay pending).
    */
   weftResult_t (*flush)(void* connection, uint64_t timeoutNs);
+
+  /* ---- Version 1.1 (appended; a 1.0 table ends before this, and core then never calls it) ---- */
+
+  /**
+   * Optional (NULL: the transport progresses by itself). Drives the instance's progress once from the calling thread
+   * and sets `*handled` to the number of events it handled (completions, peers' signals applied). For transports
+   * whose target side moves only while someone reads its completion queue (libfabric's manual-progress providers):
+   * core's proxy threads call it while they wait for triggers, so that the plugin may let its own progress thread
+   * rest instead of spinning beside them. Thread-safe; non-blocking.
+   */
+  weftResult_t (*progress)(void* state, uint32_t* handled);
 } weftTransport_v1;
 
 /** Smallest structSize core accepts for a v1 table: every entry of version 1.0. */
-#define weftTransportMinStructSize_v1 ((uint32_t)sizeof(weftTransport_v1))
+#define weftTransportMinStructSize_v1 ((uint32_t)offsetof(weftTransport_v1, progress))
 
 /* ---- Shared not-supported stubs, one per entry shape: point an entry that does not apply at its stub ---- */
 
