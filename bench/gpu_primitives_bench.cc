@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <vector>
 #include <weft/communicator.hpp>
 #include <weft/device_error.hpp>
 #include <weft/error.hpp>
@@ -13,6 +16,7 @@
 
 #if defined(WEFT_BENCH_GPU)
 #include "gpu_primitives_kernels.hpp"
+#include "raw_libfabric_loop.hpp"
 #endif
 
 namespace weft::bench {
@@ -77,6 +81,10 @@ class Stream {
 // Everything one rank of a pair sets up once: a data buffer (source [0, max), weft's landing [max, 2 max), the
 // floor's landing [2 max, 3 max)), a packet buffer, a flag word for the raw floors, the memory channels and a
 // port channel over the transport the config chooses for GPU memory.
+//
+// Where that transport does not map peer memory (libfabric), only the port channel rows run, beside a raw
+// libfabric loop on host memory; where it cannot write GPU memory either (no FI_HMEM), the port channel's puts
+// land in host memory ([max, 2 max) of hostLanding_) and its signals in a host counter the GPU reads.
 class GpuPair {
  public:
   GpuPair(Bootstrap& boot, Communicator& comm, uint64_t maxBytes)
@@ -91,7 +99,81 @@ class GpuPair {
     std::vector<uint8_t> pattern(max_);
     for (uint64_t i = 0; i < max_; ++i) pattern[i] = patternByte(rank_, i);
     checkGpu(hipMemcpy(data_.get(), pattern.data(), max_, hipMemcpyHostToDevice), "filling the source");
-    RegisteredMemory localData = comm.registerMemory(data_.get(), data_.bytes(), MemoryKind::kGpu);
+    std::shared_ptr<Connection> portConnection = comm.connect(peer_, 305, MemoryKind::kGpu);
+    portTransport_ = portConnection->transport();
+    if (portConnection->mapsPeerMemory()) {
+      setUpMemoryChannels(comm);
+    } else if (rawLibfabricAvailable() && portTransport_ == "libfabric") {
+      const auto fabricOptions = comm.config().optionsFor("libfabric");
+      auto option = [&](const char* key) {
+        auto it = fabricOptions.find(key);
+        return it != fabricOptions.end() ? it->second : std::string();
+      };
+      fabric_ = std::make_unique<RawFabricPair>(boot, peer_, option("provider"), option("domain"), max_, 320);
+    }
+    ProxyServiceOptions proxyOptions = ProxyServiceOptions::fromConfig(comm.config());
+    proxyOptions.side = HandleSide::kDevice;
+    proxyOptions.budgetNs = kBudgetNs;
+    proxy_ = std::make_unique<ProxyService>(comm, proxyOptions);
+    const SemaphoreId s = proxy_->buildSemaphore(portConnection, 306);
+    if (!mapped()) {
+      localData_ = comm.registerMemory(data_.get(), data_.bytes(), MemoryKind::kGpu);
+      RegisteredMemory landing = localData_;
+      if (!portConnection->writesGpuMemory()) {
+        hostLanding_.assign(2 * max_, 0);
+        landing = comm.registerMemory(hostLanding_.data(), hostLanding_.size(), MemoryKind::kHost);
+      }
+      comm.sendMemory(landing, peer_, 307);
+      peerLanding_ = comm.recvMemory(peer_, 307);
+    }
+    const MemoryId dst = proxy_->addMemory(peerLanding_);
+    const MemoryId src = proxy_->addMemory(localData_);
+    port_ = proxy_->portChannel(s, dst, src).deviceHandle();
+    proxy_->start();
+    hipDeviceProp_t prop{};
+    int device = 0;
+    checkGpu(hipGetDevice(&device), "hipGetDevice");
+    checkGpu(hipGetDeviceProperties(&prop, device), "hipGetDeviceProperties");
+    smCount_ = prop.multiProcessorCount;
+    checkGpu(hipMalloc(&times_, sizeof(PingPongTimes)), "hipMalloc for the benchmark's times");
+    if (rank_ == 0) {
+      std::printf("# weft-bench gpu: port channel over %s (puts land in %s memory)%s\n", portTransport_.c_str(),
+                  hostLanding_.empty() ? "GPU" : "host",
+                  mapped()  ? ""
+                  : fabric_ ? ("; floor: raw libfabric loop on host memory (" + fabric_->description() +
+                               "); memory channel rows skipped (peer memory not mapped)")
+                                  .c_str()
+                            : "; floors and memory channel rows skipped (peer memory not mapped)");
+      std::fflush(stdout);
+    }
+  }
+  ~GpuPair() {
+    proxy_.reset();
+    (void)hipFree(times_);
+  }
+  GpuPair(const GpuPair&) = delete;
+  GpuPair& operator=(const GpuPair&) = delete;
+
+  std::vector<BenchRow> run(const BenchOptions& options) {
+    std::vector<BenchRow> rows;
+    if (mapped()) {
+      semaphoreRow(options, rows);
+      for (PacketFormat format : {PacketFormat::kLL16, PacketFormat::kLL8}) packetRows(options, format, rows);
+    }
+    portPingPongRows(options, rows);
+    portBandwidthRows(options, rows);
+    if (mapped()) memoryBandwidthRows(options, rows);
+    pairBarrier();
+    return rows;
+  }
+
+ private:
+  bool mapped() const { return peerData_ != nullptr; }
+
+  // The memory channels, their semaphore and the raw floors' peer pointers (transports that map peer memory).
+  void setUpMemoryChannels(Communicator& comm) {
+    localData_ = comm.registerMemory(data_.get(), data_.bytes(), MemoryKind::kGpu);
+    const RegisteredMemory& localData = localData_;
     RegisteredMemory localPackets = comm.registerMemory(packets_.get(), packets_.bytes(), MemoryKind::kGpu);
     RegisteredMemory localFlags = comm.registerMemory(flags_.get(), flags_.bytes(), MemoryKind::kGpu);
     comm.sendMemory(localData, peer_, 300);
@@ -105,7 +187,6 @@ class GpuPair {
                                                 comm.transportFor(peer_, MemoryKind::kGpu) +
                                                 ") does not map peer memory; MemoryChannel needs cuda_ipc");
     }
-    peerData_ = static_cast<uint8_t*>(peerData.data());
     auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(comm, comm.connect(peer_, 303, MemoryKind::kGpu), 304,
                                                               MemoryKind::kGpu);
     const DeviceWaitOptions waits{errors_.deviceRecord(), 0, kBudgetNs};
@@ -113,43 +194,12 @@ class GpuPair {
     packetChannel_ = std::make_unique<MemoryChannel>(sem, peerPackets, localData, localPackets);
     put_ = putChannel_->deviceHandle(waits);
     packet_ = packetChannel_->deviceHandle(waits);
+    peerData_ = static_cast<uint8_t*>(peerData.data());
+    peerLanding_ = peerData;
     raw_ = RawPeer{reinterpret_cast<uint64_t*>(flags_.get()), static_cast<uint64_t*>(peerFlags.data()),
                    peerData_ + 2 * max_};
-    ProxyServiceOptions proxyOptions = ProxyServiceOptions::fromConfig(comm.config());
-    proxyOptions.side = HandleSide::kDevice;
-    proxyOptions.budgetNs = kBudgetNs;
-    proxy_ = std::make_unique<ProxyService>(comm, proxyOptions);
-    const MemoryId dst = proxy_->addMemory(peerData);
-    const MemoryId src = proxy_->addMemory(localData);
-    const SemaphoreId s = proxy_->buildSemaphore(comm.connect(peer_, 305, MemoryKind::kGpu), 306);
-    port_ = proxy_->portChannel(s, dst, src).deviceHandle();
-    proxy_->start();
-    hipDeviceProp_t prop{};
-    int device = 0;
-    checkGpu(hipGetDevice(&device), "hipGetDevice");
-    checkGpu(hipGetDeviceProperties(&prop, device), "hipGetDeviceProperties");
-    smCount_ = prop.multiProcessorCount;
-    checkGpu(hipMalloc(&times_, sizeof(PingPongTimes)), "hipMalloc for the benchmark's times");
-  }
-  ~GpuPair() {
-    proxy_.reset();
-    (void)hipFree(times_);
-  }
-  GpuPair(const GpuPair&) = delete;
-  GpuPair& operator=(const GpuPair&) = delete;
-
-  std::vector<BenchRow> run(const BenchOptions& options) {
-    std::vector<BenchRow> rows;
-    semaphoreRow(options, rows);
-    for (PacketFormat format : {PacketFormat::kLL16, PacketFormat::kLL8}) packetRows(options, format, rows);
-    portPingPongRows(options, rows);
-    portBandwidthRows(options, rows);
-    memoryBandwidthRows(options, rows);
-    pairBarrier();
-    return rows;
   }
 
- private:
   // The two ranks of this pair meet (other pairs run on: a job-wide barrier would also tie an odd last rank in).
   void pairBarrier() {
     boot_.sendBytes({}, peer_, kPairBarrierTag);
@@ -159,7 +209,8 @@ class GpuPair {
   void finish(const char* what) {
     const hipError_t e = hipStreamSynchronize(stream_.get());
     errors_.check();
-    proxy_->checkError();
+    proxy_->checkError();      // a failed proxy thread is the cause of any wait that ran out behind it
+    proxy_->errors().check();  // a port channel wait that ran out records here, then stops the kernel
     checkGpu(e, what);
   }
 
@@ -173,13 +224,19 @@ class GpuPair {
   void clearLanding(uint64_t bytes) {
     checkGpu(hipMemset(data_.get() + max_, 0, bytes), "clearing the landing area");
     checkGpu(hipMemset(data_.get() + 2 * max_, 0, bytes), "clearing the floor's landing area");
+    if (!hostLanding_.empty()) std::memset(hostLanding_.data() + max_, 0, bytes);
     pairBarrier();
   }
 
-  // Bytes of [offset, offset + bytes) of this rank's data buffer that differ from the peer's source pattern.
-  int countWrong(uint64_t offset, uint64_t bytes) {
+  // Where the peer's port channel puts land here: data_, or hostLanding_ where the transport cannot write GPU memory.
+  const uint8_t* portLanding() const { return hostLanding_.empty() ? data_.get() : hostLanding_.data(); }
+
+  // Bytes of [offset, offset + bytes) of `base` (this rank's data buffer by default) that differ from the peer's
+  // source pattern.
+  int countWrong(uint64_t offset, uint64_t bytes, const uint8_t* base = nullptr) {
     std::vector<uint8_t> got(bytes);
-    checkGpu(hipMemcpy(got.data(), data_.get() + offset, bytes, hipMemcpyDeviceToHost), "reading back");
+    checkGpu(hipMemcpy(got.data(), (base != nullptr ? base : data_.get()) + offset, bytes, hipMemcpyDefault),
+             "reading back");
     int wrong = 0;
     for (uint64_t i = 0; i < bytes; ++i) wrong += got[i] != patternByte(peer_, i) ? 1 : 0;
     return wrong;
@@ -226,13 +283,25 @@ class GpuPair {
       if (bytes > kMaxPortPingPongBytes) break;
       const int iters = options.iterations > 0 ? options.iterations : 1000;
       const int warmup = std::max(options.warmup, 20);
-      BenchRow row{"gpu port putWithSignal ping-pong (floor: host-issued copy + sync)", "us", bytes, iters};
+      BenchRow row{mapped()  ? "gpu port putWithSignal ping-pong (floor: host-issued copy + sync)"
+                   : fabric_ ? "gpu port putWithSignal ping-pong over libfabric (floor: raw libfabric host ping-pong)"
+                             : "gpu port putWithSignal ping-pong (no floor)",
+                   "us", bytes, iters};
       clearLanding(bytes);
       launchPortPingPong(port_, bytes, max_, first_, warmup, iters, times_, stream_.get());
       finish("port channel ping-pong kernel");
       pairBarrier();  // both flushed: the peer's puts into this rank have landed
-      if (options.check) row.wrong = countWrong(max_, bytes);
+      if (options.check) row.wrong = countWrong(max_, bytes, portLanding());
       row.weft = static_cast<double>(times().weftNs) / 1e3 / iters / 2;
+      if (!mapped()) {
+        // The same exchange between two bare libfabric endpoints on host memory: what the network path costs.
+        if (fabric_) {
+          (void)fabric_->pingPongMicros(bytes, warmup, fabric_->cheapestSignal());  // warmup >= 20
+          row.floor = fabric_->pingPongMicros(bytes, iters, fabric_->cheapestSignal());
+        }
+        rows.push_back(row);
+        continue;
+      }
       // The floor: what one copy-engine copy of the same bytes into the peer costs when the host issues it and
       // waits for it, which is the work a proxy does per put.
       for (int i = 0; i < warmup; ++i) copyToPeerFloor(bytes);
@@ -252,14 +321,17 @@ class GpuPair {
   void portBandwidthRows(const BenchOptions& options, std::vector<BenchRow>& rows) {
     for (uint64_t bytes : options.sizes()) {
       const int iters = bandwidthIterations(options, bytes);
-      BenchRow row{"gpu port channel put bandwidth (floor: hipMemcpyAsync D2D)", "GB/s", bytes, iters};
+      BenchRow row{mapped()  ? "gpu port channel put bandwidth (floor: hipMemcpyAsync D2D)"
+                   : fabric_ ? "gpu port channel put bandwidth over libfabric (floor: raw fi_write stream, host)"
+                             : "gpu port channel put bandwidth (no floor)",
+                   "GB/s", bytes, iters};
       clearLanding(bytes);
       if (first_) {
         launchPortPutStream(port_, bytes, max_, 1, stream_.get());
         finish("port channel put kernel");
       }
       pairBarrier();
-      if (!first_ && options.check) row.wrong = countWrong(max_, bytes);
+      if (!first_ && options.check) row.wrong = countWrong(max_, bytes, portLanding());
       if (first_) {
         launchPortPutStream(port_, bytes, max_, std::min(options.warmup, iters), stream_.get());
         finish("port channel put kernel");
@@ -267,9 +339,21 @@ class GpuPair {
         launchPortPutStream(port_, bytes, max_, iters, stream_.get());
         finish("port channel put kernel");
         row.weft = static_cast<double>(bytes) * iters / secondsSince(t) / 1e9;
+      }
+      if (!mapped()) {
+        if (fabric_) {
+          if (options.warmup > 0) (void)fabric_->streamGigabytesPerSecond(bytes, std::min(options.warmup, iters));
+          const double gbps = fabric_->streamGigabytesPerSecond(bytes, iters);
+          if (first_) row.floor = gbps;
+        }
+        pairBarrier();
+        rows.push_back(row);
+        continue;
+      }
+      if (first_) {
         for (int i = 0; i < std::min(options.warmup, iters); ++i) enqueueFloorCopy(bytes);
         finish("floor copies");
-        t = Clock::now();
+        const auto t = Clock::now();
         for (int i = 0; i < iters; ++i) enqueueFloorCopy(bytes);
         finish("floor copies");
         row.floor = static_cast<double>(bytes) * iters / secondsSince(t) / 1e9;
@@ -325,7 +409,12 @@ class GpuPair {
   DeviceBuffer data_;
   DeviceBuffer packets_;
   DeviceBuffer flags_;
-  uint8_t* peerData_ = nullptr;
+  uint8_t* peerData_ = nullptr;  // the peer's data buffer mapped here; nullptr when the transport maps nothing
+  std::string portTransport_;
+  RegisteredMemory localData_;             // data_, registered
+  RegisteredMemory peerLanding_;           // where this rank's port channel puts land: the peer's data_ or hostLanding_
+  std::vector<uint8_t> hostLanding_;       // the port channel's landing when the transport cannot write GPU memory
+  std::unique_ptr<RawFabricPair> fabric_;  // the floor over libfabric
   DeviceErrorBlock errors_;
   Stream stream_;
   std::unique_ptr<MemoryChannel> putChannel_;

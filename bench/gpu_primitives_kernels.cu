@@ -57,9 +57,11 @@ WEFT_GLOBAL void semaphorePingPongKernel(MemoryDevice2DeviceSemaphoreDeviceHandl
   out->rawNs = t3 - t2;
 }
 
+// Launched with up to 1024 threads: the bound keeps the register count within what such a block may use.
 template <class Packet>
-WEFT_GLOBAL void packetPingPongKernel(MemoryChannelDeviceHandle ch, RawPeer raw, uint64_t bytes, uint64_t landing,
-                                      uint32_t flagBase, bool first, int warmup, int iters, PingPongTimes* out) {
+WEFT_GLOBAL void __launch_bounds__(1024)
+    packetPingPongKernel(MemoryChannelDeviceHandle ch, RawPeer raw, uint64_t bytes, uint64_t landing, uint32_t flagBase,
+                         bool first, int warmup, int iters, PingPongTimes* out) {
   const uint32_t tid = threadIdx.x;
   const uint32_t n = blockDim.x;
   uint32_t flag = flagBase;

@@ -215,6 +215,11 @@ std::shared_ptr<Connection> detail::CommunicatorImpl::connectOver(int peer, int 
   impl->transport = name;
   impl->remoteRank = peer;
   impl->endpoint = plugin->createEndpoint(device);
+  for (const TransportDeviceInfo& d : plugin->devices()) {
+    if (d.index != device) continue;
+    impl->writesGpuMemory = d.gpuMemory && !d.gpuSourceOnly;
+    impl->mapsPeerMemory = d.loadStore;
+  }
   detail::ByteWriter w;
   w.put<uint32_t>(kEndpointMagic);
   w.putString(name);

@@ -81,4 +81,8 @@ const std::string& Connection::transport() const { return impl_->transport; }
 
 int Connection::remoteRank() const { return impl_->remoteRank; }
 
+bool Connection::writesGpuMemory() const { return impl_->writesGpuMemory; }
+
+bool Connection::mapsPeerMemory() const { return impl_->mapsPeerMemory; }
+
 }  // namespace weft

@@ -15,6 +15,8 @@ struct ConnectionImpl {
   int remoteRank = -1;
   TransportEndpoint endpoint;
   TransportConnection connection;
+  bool writesGpuMemory = false;  ///< the transport can write and add into the peer's GPU memory
+  bool mapsPeerMemory = false;   ///< the transport maps imported peer memory for load/store
 
   /// The imported form of `dst` over this connection's transport; throws kInvalidArgument when `dst` is not
   /// this peer's memory or was not imported over this transport.

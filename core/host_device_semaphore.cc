@@ -61,8 +61,9 @@ Host2DeviceSemaphore::Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<C
 
 void Host2DeviceSemaphore::setUp(Communicator& comm, int tag, bool gpu) {
   MemoryKind kind = MemoryKind::kHost;
-  if (gpu && connection_->transport() != "host") {
-    // Transports that reach GPU memory (cuda_ipc, RDMA) add straight into the waiter's GPU memory.
+  if (gpu && connection_->transport() != "host" && connection_->writesGpuMemory()) {
+    // Transports that reach GPU memory (cuda_ipc, RDMA, libfabric with FI_HMEM) add straight into the waiter's
+    // GPU memory.
     void* p = nullptr;
     checkGpu(hipMalloc(&p, sizeof(uint64_t)), "hipMalloc of a semaphore counter");
     inboundOnGpu_ = true;
@@ -70,7 +71,17 @@ void Host2DeviceSemaphore::setUp(Communicator& comm, int tag, bool gpu) {
     checkGpu(hipMemset(p, 0, sizeof(uint64_t)), "hipMemset of a semaphore counter");
     kind = MemoryKind::kGpu;
   } else {
-    // The host transport adds into shared host memory; GPU waiters read it through a mapping.
+    // The host transport, and transports that cannot write GPU memory, add into host memory; GPU waiters read it
+    // through a mapping. The peer imports it over the transport it uses for host memory: that must be this
+    // connection's, or the adds would have no handle to go through.
+    const std::string hostTransport = comm.transportFor(peer_, MemoryKind::kHost);
+    if (hostTransport != connection_->transport()) {
+      throw Error(ErrorCode::kInvalidUsage,
+                  "Host2DeviceSemaphore to rank " + std::to_string(peer_) + ": its connection is over '" +
+                      connection_->transport() + "', which cannot add into GPU memory, so the counter is in host " +
+                      "memory; but host memory to that rank goes over '" + hostTransport +
+                      "': route host memory over '" + connection_->transport() + "' too ([transports] config)");
+    }
     inboundStorage_ = allocSharedHostMemory(sizeof(uint64_t));
     inboundHost_ = static_cast<uint64_t*>(inboundStorage_.get());
     inboundDevice_ = inboundHost_;

@@ -118,6 +118,7 @@ std::shared_ptr<TransportPlugin> loadTransportPluginFile(const std::string& path
     d.hostMemory = (info.flags & weftDeviceHostMemory) != 0;
     d.gpuMemory = (info.flags & weftDeviceGpuMemory) != 0;
     d.loadStore = (info.flags & weftDeviceLoadStore) != 0;
+    d.gpuSourceOnly = d.gpuMemory && (info.flags & weftDeviceGpuSourceOnly) != 0;
     d.numaNode = info.numaNode;
     d.gpuDevice = info.gpuDevice;
     plugin->devices_.push_back(d);

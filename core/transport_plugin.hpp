@@ -28,13 +28,14 @@ inline constexpr std::chrono::milliseconds kDefaultTransportTimeout{30000};
 
 /// What one device of a plugin offers.
 struct TransportDeviceInfo {
-  uint32_t index = 0;       ///< the device number to pass to createEndpoint
-  std::string name;         ///< e.g. "host", "mlx5_0"
-  bool hostMemory = false;  ///< can register host memory
-  bool gpuMemory = false;   ///< can register GPU memory
-  bool loadStore = false;   ///< importMemory maps peer memory for load/store
-  int numaNode = -1;        ///< -1 when unknown
-  int gpuDevice = -1;       ///< GPU ordinal, -1 for none
+  uint32_t index = 0;          ///< the device number to pass to createEndpoint
+  std::string name;            ///< e.g. "host", "mlx5_0"
+  bool hostMemory = false;     ///< can register host memory
+  bool gpuMemory = false;      ///< can register GPU memory
+  bool loadStore = false;      ///< importMemory maps peer memory for load/store
+  bool gpuSourceOnly = false;  ///< GPU memory is a write source only (staged): no writes or adds into it
+  int numaNode = -1;           ///< -1 when unknown
+  int gpuDevice = -1;          ///< GPU ordinal, -1 for none
 };
 
 /// Loads transport `name`: finds libweft-transport-<name>.so on the search path (see pluginSearchPath), opens it,

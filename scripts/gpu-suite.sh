@@ -2,7 +2,7 @@
 # Runs weft's GPU test suite, the compute-sanitizer checks and the GPU benchmarks on a machine with a GPU,
 # from a CUDA build made elsewhere (docs/gpu-testing.md): bash scripts/gpu-suite.sh BUILD_DIR [OUT_DIR]
 # Every step runs even when an earlier one fails; the exit status says whether all passed.
-# SUITE_STEPS (default "tests host sanitize bench gpubench nccl") picks the groups to run.
+# SUITE_STEPS (default "tests host sanitize bench gpubench fabricbench nccl") picks the groups to run.
 set -uo pipefail
 build=${1:?usage: gpu-suite.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-gpu-results}}
@@ -15,7 +15,7 @@ if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" &&
 if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
 export WEFT_PLUGIN_PATH="$build/lib/weft"
 failed=0
-steps=" ${SUITE_STEPS:-tests host sanitize bench gpubench nccl} "
+steps=" ${SUITE_STEPS:-tests host sanitize bench gpubench fabricbench nccl} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, remembers a failure
   local name=$1
@@ -55,6 +55,12 @@ done
 if want gpubench; then
   step bench-gpu-2 "$build/bin/weft-run" -n 2 --timeout 400 -- "$build/bin/weft-bench" gpu -b 1024 -e 1073741824 \
     -f 4 --json "$out/bench-gpu.jsonl"
+fi
+# The port channel rows over libfabric tcp between two processes of this host (docs/benchmarks.md).
+if want fabricbench; then
+  step bench-gpu-libfabric-2 env WEFT_TRANSPORTS_SAME_HOST=libfabric WEFT_TRANSPORT_LIBFABRIC_PROVIDER=tcp \
+    "$build/bin/weft-run" -n 2 --timeout 300 -- "$build/bin/weft-bench" gpu -b 1024 -e 67108864 -f 8 \
+    --json "$out/bench-gpu-libfabric.jsonl"
 fi
 # Programs written against NVIDIA's nccl.h, run through libweft_nccl.so with LD_PRELOAD.
 if want nccl; then

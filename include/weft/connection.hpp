@@ -41,6 +41,15 @@ class Connection {
   /// The peer's rank.
   int remoteRank() const;
 
+  /// Whether writes and atomicAdds over this connection can land in the peer's GPU memory. False where the
+  /// transport reaches no GPU memory or only copies GPU sources through host memory (libfabric without
+  /// FI_HMEM): GPU-side waiters then wait on host memory mapped for the GPU.
+  bool writesGpuMemory() const;
+
+  /// Whether peer memory imported over this transport is mapped for loads and stores here (cuda_ipc, host), which
+  /// MemoryChannel needs.
+  bool mapsPeerMemory() const;
+
   explicit Connection(std::unique_ptr<detail::ConnectionImpl> impl);
   ~Connection();
   Connection(const Connection&) = delete;

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <thread>
 #include <vector>
 #include <weft/communicator.hpp>
@@ -44,13 +46,30 @@ Config ipcConfig() {
   return c;
 }
 
+// libfabric tcp for every peer and both memory kinds: the port channel's connection is for GPU memory, and where
+// the provider has no FI_HMEM its semaphore counters are host memory imported over libfabric too.
+Config fabricTcpConfig() {
+  Config c = Config::defaults();
+  c.transports[PeerClass::kSameProcess] = {"libfabric"};
+  c.transports[PeerClass::kSameHost] = {"libfabric"};
+  c.transportOptions["libfabric"]["provider"] = "tcp";
+  c.bootstrapTimeout = milliseconds(20000);
+  return c;
+}
+
+bool libfabricPluginBuilt() { return std::filesystem::exists(WEFT_PLUGIN_BUILD_DIR "/libweft-transport-libfabric.so"); }
+
 constexpr uint64_t kPortBytes = (64 << 10) + 5;  // odd: the copy engine sees unaligned sizes
 constexpr int kPortRounds = 20;
 
-// One rank of the cuda_ipc exercise: pairs (0,1), (2,3), ...; the kernel drives every channel method.
-void portExerciseRank(int rank, int size, const UniqueId& id) {
+// One rank of the exercise: pairs (0,1), (2,3), ...; the kernel drives every channel method. Over cuda_ipc the
+// buffer is GPU memory; over libfabric it is pinned host memory the kernel reaches through its mapping (a provider
+// without FI_HMEM cannot write into GPU memory).
+void portExerciseRank(int rank, int size, const UniqueId& id, const Config& config = ipcConfig()) {
   checkGpu(hipSetDevice(0), "hipSetDevice");
-  Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), ipcConfig());
+  Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), config);
+  const std::string transport = config.transports.at(PeerClass::kSameHost).front();
+  const bool hostData = transport != "cuda_ipc";
   const int peer = rank ^ 1;
   const int role = rank & 1;
   ProxyServiceOptions o;
@@ -60,17 +79,22 @@ void portExerciseRank(int rank, int size, const UniqueId& id) {
   const uint64_t dataBytes = portDataBytes(kPortBytes);
   void* data = nullptr;
   void* check = nullptr;
-  checkGpu(hipMalloc(&data, dataBytes), "hipMalloc");
-  checkGpu(hipMemset(data, 0, dataBytes), "hipMemset");
+  if (hostData) {
+    checkGpu(hipHostMalloc(&data, dataBytes, hipHostMallocMapped | hipHostMallocPortable), "hipHostMalloc");
+  } else {
+    checkGpu(hipMalloc(&data, dataBytes), "hipMalloc");
+    checkGpu(hipMemset(data, 0, dataBytes), "hipMemset");
+  }
+  if (hostData) std::memset(data, 0, dataBytes);
   checkGpu(hipMalloc(&check, sizeof(PortCheck)), "hipMalloc");
   checkGpu(hipMemset(check, 0, sizeof(PortCheck)), "hipMemset");
   {
-    RegisteredMemory local = comm.registerMemory(data, dataBytes, MemoryKind::kGpu);
+    RegisteredMemory local = comm.registerMemory(data, dataBytes, hostData ? MemoryKind::kHost : MemoryKind::kGpu);
     comm.sendMemory(local, peer, 1);
     MemoryId remote = proxy.addMemory(comm.recvMemory(peer, 1));
     MemoryId src = proxy.addMemory(local);
     std::shared_ptr<Connection> connection = comm.connect(peer, 2, MemoryKind::kGpu);
-    EXPECT_EQ(connection->transport(), "cuda_ipc");
+    EXPECT_EQ(connection->transport(), transport);
     SemaphoreId sem = proxy.buildSemaphore(connection, 3);
     PortChannel channel = proxy.portChannel(sem, remote, src);
     proxy.start();
@@ -94,7 +118,7 @@ void portExerciseRank(int rank, int size, const UniqueId& id) {
     EXPECT_EQ(c.rounds, static_cast<uint64_t>(kPortRounds));
     // The host's own look at the last round's landing slices and the counter.
     std::vector<uint8_t> arrived(dataBytes);
-    checkGpu(hipMemcpy(arrived.data(), data, dataBytes, hipMemcpyDeviceToHost), "hipMemcpy");
+    checkGpu(hipMemcpy(arrived.data(), data, dataBytes, hipMemcpyDefault), "hipMemcpy");
     uint64_t wrong = 0;
     for (uint64_t slice = 1; slice <= 3; ++slice) {
       for (uint64_t i = 0; i < kPortBytes; ++i) {
@@ -108,7 +132,11 @@ void portExerciseRank(int rank, int size, const UniqueId& id) {
     comm.bootstrap().barrier();  // the peer is done with this rank's memory
     proxy.stop();
   }
-  (void)hipFree(data);
+  if (hostData) {
+    (void)hipHostFree(data);
+  } else {
+    (void)hipFree(data);
+  }
   (void)hipFree(check);
 }
 
@@ -125,6 +153,18 @@ TEST(PortChannelGpu, EveryMethodOverCudaIpcBetweenFourProcesses) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = runRanks(
       4, [&](int rank, int n) { portExerciseRank(rank, n, id); }, std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// The kernel's channel over libfabric tcp: the proxy stages nothing here (host buffers), but the semaphore behind
+// the GPU-memory connection must count in host memory when the provider cannot write GPU memory (failed before:
+// its GPU counter was registered as a staged source the peer could not import).
+TEST(PortChannelGpu, EveryMethodOverLibfabricTcpBetweenTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_libfabric_transport_test covers the host";
+  if (!libfabricPluginBuilt()) GTEST_SKIP() << "the libfabric plugin was not built (no libfabric at build time)";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      2, [&](int rank, int n) { portExerciseRank(rank, n, id, fabricTcpConfig()); }, std::chrono::seconds(120));
   WEFT_EXPECT_RANKS_OK(results);
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <multi_process.hpp>
 #include <thread>
+#include <weft/build_config.hpp>
 #include <weft/communicator.hpp>
 #include <weft/error.hpp>
 #include <weft/proxy_service.hpp>
@@ -152,17 +154,42 @@ std::shared_ptr<TransportPlugin> loadFabric(const std::string& provider, const s
 /// fi_getinfo does not offer, or a plugin that was not built, skips a test: any other failure to start the plugin
 /// (a refused option, a broken init) is a failure, so that it cannot hide behind a skip (CI once skipped every test
 /// here while the plugin refused an option the tests pass).
+///
+/// The probe runs in a child process: in a GPU build the plugin pins a staging buffer, which starts the GPU runtime,
+/// and a runtime started in the parent does not survive the fork of the test's ranks (they failed with
+/// "initialization error" on the GPU machine).
 bool providerPresent(const std::string& provider, std::string* why) {
-  try {
-    loadFabric(provider);
-    return true;
-  } catch (const Error& e) {
-    *why = e.message();
-    const bool absent = why->find("offers FI_EP_RDM endpoints") != std::string::npos ||
-                        why->find("' not found: no ") != std::string::npos;
-    if (!absent) ADD_FAILURE() << "the libfabric plugin with provider " << provider << " failed to start: " << *why;
+  int fds[2];
+  if (::pipe(fds) != 0) throw Error(ErrorCode::kSystemError, "pipe");
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string message;
+    try {
+      loadFabric(provider);
+    } catch (const Error& e) {
+      message = e.message().empty() ? std::string("(no message)") : e.message();
+    }
+    if (!message.empty()) (void)!::write(fds[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) message.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  (void)::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    ADD_FAILURE() << "probing the libfabric plugin with provider " << provider << " crashed (status " << status << ")";
     return false;
   }
+  if (message.empty()) return true;
+  *why = message;
+  const bool absent = why->find("offers FI_EP_RDM endpoints") != std::string::npos ||
+                      why->find("' not found: no ") != std::string::npos;
+  if (!absent) ADD_FAILURE() << "the libfabric plugin with provider " << provider << " failed to start: " << *why;
+  return false;
 }
 
 class LibfabricTransportTest : public ::testing::TestWithParam<std::string> {
@@ -778,7 +805,12 @@ void portChannelRounds(const std::string& provider, const std::string& progressT
     MemoryId remoteDst = proxy.addMemory(comm.recvMemory(peer, 1));
     MemoryId localSrc = proxy.addMemory(srcMem);
     proxy.addMemory(dstMem);
-    SemaphoreId sem = proxy.buildSemaphore(comm.connect(peer, 10), 20);
+    std::shared_ptr<Connection> connection = comm.connect(peer, 10);
+    EXPECT_FALSE(connection->mapsPeerMemory());
+#if WEFT_BUILD_GPU_NONE
+    EXPECT_FALSE(connection->writesGpuMemory());  // a build without a GPU runtime neither stages nor registers it
+#endif
+    SemaphoreId sem = proxy.buildSemaphore(connection, 20);
     PortChannel channel = proxy.portChannel(sem, remoteDst, localSrc);
     proxy.start();
     const PortChannelDeviceHandle ch = channel.deviceHandle();

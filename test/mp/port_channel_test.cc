@@ -53,7 +53,10 @@ struct Side {
     MemoryId localSrc = proxy.addMemory(srcMem);
     proxy.addMemory(dstMem);
     for (int c = 0; c < channelCount; ++c) {
-      SemaphoreId sem = proxy.buildSemaphore(comm.connect(peer, 10 + c), 20 + c);
+      std::shared_ptr<Connection> connection = comm.connect(peer, 10 + c);
+      EXPECT_TRUE(connection->mapsPeerMemory());    // the host transport maps shared memory
+      EXPECT_FALSE(connection->writesGpuMemory());  // and reaches no GPU memory
+      SemaphoreId sem = proxy.buildSemaphore(connection, 20 + c);
       channels.push_back(proxy.portChannel(sem, remoteDst, localSrc));
     }
     proxy.start();

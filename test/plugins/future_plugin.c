@@ -33,7 +33,7 @@ static weftResult_t futureDeviceInfo(void* state, uint32_t device, weftDeviceInf
   if (device != 0) return weftInvalidArgument;
   memset(info->name, 0, sizeof(info->name));
   strcpy(info->name, "future0");
-  info->flags = weftDeviceGpuMemory;
+  info->flags = weftDeviceGpuMemory | weftDeviceGpuSourceOnly; /* a staging transport, as libfabric without FI_HMEM */
   info->numaNode = 3;
   info->gpuDevice = 7;
   return weftSuccess;

@@ -157,6 +157,7 @@ TEST(PluginLoaderTest, MinimalPluginDevicesAndUnsupportedOperations) {
   EXPECT_FALSE(d.loadStore);
   EXPECT_EQ(d.numaNode, 3);
   EXPECT_EQ(d.gpuDevice, 7);
+  EXPECT_FALSE(d.gpuSourceOnly);  // a 1.0 plugin never sets it
   std::string msg = errorOf(ErrorCode::kNotSupported, [&] { plugin->createEndpoint(0); });
   EXPECT_NE(msg.find("transport 'minimal': createEndpoint failed (not supported)"), std::string::npos) << msg;
   errorOf(ErrorCode::kInvalidArgument, [&] { plugin->createEndpoint(1); });
@@ -180,6 +181,9 @@ TEST(PluginLoaderTest, TableOfALaterMinorVersionIsAccepted) {
   EXPECT_EQ(plugin->tableSize(), sizeof(weftTransport_v1) + sizeof(void*));
   ASSERT_EQ(plugin->devices().size(), 1u);
   EXPECT_EQ(plugin->devices()[0].name, "future0");
+  // It stages GPU memory: a source only, never a destination (ABI 1.1 flag).
+  EXPECT_TRUE(plugin->devices()[0].gpuMemory);
+  EXPECT_TRUE(plugin->devices()[0].gpuSourceOnly);
 }
 
 TEST(PluginLoaderTest, HostPluginLoadsFromTheBuildTree) {

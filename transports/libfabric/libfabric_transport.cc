@@ -191,6 +191,7 @@ struct FabricRegion {
   uint64_t size = 0;
   uint32_t kind = weftMemoryHost;
   bool staged = false;
+  int gpuDevice = -1;     // a staged source's GPU
   uint32_t signalId = 0;  // index into FabricState::signalTargets, 0 when signals to it go as fi_atomic
 };
 
@@ -293,6 +294,11 @@ struct FabricState {
   std::mutex stagingMutex;
   void* staging = nullptr;
   fid_mr* stagingMr = nullptr;
+#if !WEFT_BUILD_GPU_NONE
+  // One non-blocking stream per GPU for the staging copies: a copy on the legacy default stream would wait for
+  // every kernel on the application's blocking streams, among them a kernel spinning on this very write's signal.
+  std::map<int, hipStream_t> stagingStreams;
+#endif
 };
 
 void logf(const FabricState* s, int32_t level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -974,6 +980,8 @@ void closeResources(FabricState* s) {
   std::free(s->operand);
   s->landing = nullptr, s->operand = nullptr;
 #if !WEFT_BUILD_GPU_NONE
+  for (auto& [device, stream] : s->stagingStreams) (void)hipStreamDestroy(stream);
+  s->stagingStreams.clear();
   if (s->staging != nullptr) (void)hipHostFree(s->staging);
 #endif
   s->staging = nullptr;
@@ -1280,7 +1288,8 @@ weftResult_t fabricDeviceInfo(void* state, uint32_t device, weftDeviceInfo_v1* i
     auto covers = [&](size_t offset, size_t size) { return info->structSize >= offset + size; };
     if (covers(offsetof(weftDeviceInfo_v1, name), sizeof(info->name))) setField(info->name, s->domainName);
     if (covers(offsetof(weftDeviceInfo_v1, flags), sizeof(info->flags))) {
-      info->flags = weftDeviceHostMemory | ((s->hmem || s->stagingMr != nullptr) ? weftDeviceGpuMemory : 0);
+      info->flags = weftDeviceHostMemory | ((s->hmem || s->stagingMr != nullptr) ? weftDeviceGpuMemory : 0) |
+                    (!s->hmem && s->stagingMr != nullptr ? weftDeviceGpuSourceOnly : 0);
     }
     if (covers(offsetof(weftDeviceInfo_v1, numaNode), sizeof(info->numaNode))) info->numaNode = -1;
     if (covers(offsetof(weftDeviceInfo_v1, gpuDevice), sizeof(info->gpuDevice))) info->gpuDevice = -1;
@@ -1474,6 +1483,27 @@ void bindMr(FabricState* s, fid_mr* mr) {
   }
 }
 
+#if !WEFT_BUILD_GPU_NONE
+/// The staging stream of GPU `device`, made when its first staged region is registered (before the application's
+/// kernels may be spinning on what the writes will signal). Call with stagingMutex held.
+hipStream_t stagingStreamLocked(FabricState* s, int device) {
+  auto it = s->stagingStreams.find(device);
+  if (it != s->stagingStreams.end()) return it->second;
+  int current = 0;
+  hipError_t e = hipGetDevice(&current);
+  if (e == hipSuccess && device >= 0) e = hipSetDevice(device);
+  hipStream_t stream = nullptr;
+  if (e == hipSuccess) e = hipStreamCreateWithFlags(&stream, hipStreamNonBlocking);
+  if (device >= 0) (void)hipSetDevice(current);
+  if (e != hipSuccess) {
+    throw Failure(weftSystemError, std::string("libfabric transport: creating a staging stream on GPU ") +
+                                       std::to_string(device) + ": " + hipGetErrorString(e));
+  }
+  s->stagingStreams.emplace(device, stream);
+  return stream;
+}
+#endif
+
 weftResult_t fabricRegisterMemory(void* state, const weftMemoryDescriptor_v1* desc, void** memoryOut, void* blob,
                                   uint64_t blobCapacity, uint64_t* blobUsed) {
   return guard([&] {
@@ -1508,6 +1538,11 @@ weftResult_t fabricRegisterMemory(void* state, const weftMemoryDescriptor_v1* de
                           (WEFT_BUILD_GPU_NONE ? " (built with WEFT_GPU=none)" : " (pinned allocation failed)"));
       }
       r->staged = true;  // a write source copied through the bounce buffer; peers cannot write into it
+      r->gpuDevice = desc->gpuDevice;
+#if !WEFT_BUILD_GPU_NONE
+      std::lock_guard<std::mutex> staging(s->stagingMutex);
+      (void)stagingStreamLocked(s, r->gpuDevice);
+#endif
     } else {
       iovec iov{r->address, r->size};
       fi_mr_attr attr{};
@@ -1653,9 +1688,11 @@ void stagedWrite(FabricState* s, Tracker* t, FabricRemote* dst, uint64_t dstOffs
 #else
   std::lock_guard<std::mutex> staging(s->stagingMutex);
   void* desc = fi_mr_desc(s->stagingMr);
+  hipStream_t stream = stagingStreamLocked(s, src->gpuDevice);
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n = std::min({bytes - done, kStagingBytes, s->chunkBytes});
-    hipError_t e = hipMemcpy(s->staging, src->address + srcOffset + done, n, hipMemcpyDeviceToHost);
+    hipError_t e = hipMemcpyAsync(s->staging, src->address + srcOffset + done, n, hipMemcpyDeviceToHost, stream);
+    if (e == hipSuccess) e = hipStreamSynchronize(stream);
     if (e != hipSuccess) {
       throw Failure(weftSystemError,
                     std::string("libfabric transport: staging copy from GPU memory failed: ") + hipGetErrorString(e));

@@ -74,6 +74,9 @@ typedef struct weftHostServices_v1 {
 #define weftDeviceHostMemory ((uint64_t)1) /**< can register and reach host (CPU) memory */
 #define weftDeviceGpuMemory ((uint64_t)2)  /**< can register and reach GPU memory */
 #define weftDeviceLoadStore ((uint64_t)4)  /**< importMemory maps peer memory for load/store in this process */
+/** With weftDeviceGpuMemory: GPU memory registers only as a write source (copied through host memory), so a
+ *  peer cannot write or add into this device's GPU memory. Added in ABI 1.1; older plugins never set it. */
+#define weftDeviceGpuSourceOnly ((uint64_t)8)
 
 /** What a device offers. Core sets structSize and abiVersion before the call; the plugin fills the rest. */
 typedef struct weftDeviceInfo_v1 {
