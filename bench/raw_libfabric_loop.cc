@@ -76,7 +76,7 @@ int domainRank(const fi_info* fi) {
 }
 
 /// fi_getinfo with the plugin's hints (RDM, RMA + atomics, FI_CONTEXT2, the mr_mode bits it can honour).
-fi_info* query(const std::string& provider, const std::string& domain, bool deliveryComplete) {
+fi_info* query(const std::string& provider, const std::string& domain, bool deliveryComplete, bool cqData) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) throw Error(ErrorCode::kSystemError, "raw libfabric loop: fi_allocinfo");
   hints->ep_attr->type = FI_EP_RDM;
@@ -84,6 +84,7 @@ fi_info* query(const std::string& provider, const std::string& domain, bool deli
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
   hints->domain_attr->threading = FI_THREAD_SAFE;
+  if (cqData) hints->domain_attr->cq_data_size = sizeof(uint64_t);  // as the plugin asks: 8 bytes of CQ data
   if (deliveryComplete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
   if (!domain.empty()) hints->domain_attr->name = strdup(domain.c_str());
@@ -204,9 +205,8 @@ struct RawFabricPair::Impl {
 
   void open(const std::string& wantProvider, const std::string& wantDomain) {
     fi_info* list = nullptr;
-    for (bool delivery : {true, false}) {
-      list = query(wantProvider, wantDomain, delivery);
-      if (list != nullptr) break;
+    for (int attempt = 0; attempt < 4 && list == nullptr; ++attempt) {
+      list = query(wantProvider, wantDomain, (attempt & 2) == 0, (attempt & 1) == 0);
     }
     if (list == nullptr) {
       throw Error(ErrorCode::kNotSupported, "raw libfabric loop: provider '" + wantProvider + "' domain '" +

@@ -426,7 +426,9 @@ std::string offeredProviders() {
 }
 
 /// fi_getinfo for RDM endpoints with RMA and atomics, as `provider`/`domain` (empty: any) ask. nullptr when none.
-fi_info* query(const std::string& provider, const std::string& domain, bool hmem, bool deliveryComplete) {
+/// `cqData` asks for 8 bytes of remote CQ data (the signals' carrier): a provider may enable it only when asked.
+fi_info* query(const std::string& provider, const std::string& domain, bool hmem, bool deliveryComplete,
+               bool cqData) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) throw std::bad_alloc();
   hints->ep_attr->type = FI_EP_RDM;
@@ -435,6 +437,7 @@ fi_info* query(const std::string& provider, const std::string& domain, bool hmem
   hints->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (hmem ? FI_MR_HMEM : 0);
   hints->domain_attr->threading = FI_THREAD_SAFE;
+  if (cqData) hints->domain_attr->cq_data_size = sizeof(uint64_t);
   if (deliveryComplete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
   if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
   if (!domain.empty()) hints->domain_attr->name = strdup(domain.c_str());
@@ -1091,10 +1094,11 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
       }
     } listFree{lists};
     const fi_info* chosen = nullptr;
-    for (int attempt = 0; attempt < 4 && chosen == nullptr; ++attempt) {
-      const bool hmem = attempt < 2, delivery = attempt % 2 == 0;
+    // Most wanted first: FI_HMEM, then delivery complete, then 8 bytes of remote CQ data.
+    for (int attempt = 0; attempt < 8 && chosen == nullptr; ++attempt) {
+      const bool hmem = attempt < 4, delivery = (attempt & 2) == 0, cqData = (attempt & 1) == 0;
       if (hmem && WEFT_BUILD_GPU_NONE) continue;
-      fi_info* list = query(provider, domain, hmem, delivery);
+      fi_info* list = query(provider, domain, hmem, delivery, cqData);
       if (list == nullptr) continue;
       lists.push_back(list);
       chosen = best(list, domain);
