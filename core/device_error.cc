@@ -31,6 +31,9 @@ DeviceErrorBlock::DeviceErrorBlock() {
     checkGpu(hipHostGetDevicePointer(&d, p, 0), "hipHostGetDevicePointer of the device error record");
     device_ = static_cast<DeviceErrorRecord*>(d);
     pinned_ = true;
+    void* c = nullptr;
+    checkGpu(hipMalloc(&c, sizeof(uint32_t)), "hipMalloc of the device error record's claim word");
+    claim_ = static_cast<uint32_t*>(c);
   } else {
     host_ = new DeviceErrorRecord{};
     device_ = host_;
@@ -40,6 +43,7 @@ DeviceErrorBlock::DeviceErrorBlock() {
 
 DeviceErrorBlock::~DeviceErrorBlock() {
   if (pinned_) {
+    (void)hipFree(claim_);
     (void)hipHostFree(host_);
   } else {
     delete host_;
@@ -55,7 +59,9 @@ void DeviceErrorBlock::check() const {
 }
 
 void DeviceErrorBlock::clear() {
+  if (claim_ != nullptr) checkGpu(hipMemset(claim_, 0, sizeof(uint32_t)), "clearing the device error claim word");
   *host_ = DeviceErrorRecord{};
+  host_->claim = claim_;
   fence<MemoryOrder::kSeqCst>();
 }
 

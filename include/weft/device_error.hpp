@@ -42,7 +42,9 @@ WEFT_HOST_DEVICE_INLINE const char* waitOpName(WaitOp op) {
 }
 
 /// The record of the first wait that ran out of budget. Lives in host-visible memory (mapped pinned memory on
-/// a GPU build); `state` is 0 while empty, 1 while being written, 2 once complete.
+/// a GPU build); `state` is 0 while empty, 1 while being written, 2 once complete. Reporters take the record by a
+/// compare-and-swap on `claim`, which is in device memory on a GPU build: read-modify-writes on mapped host memory
+/// are not atomic over PCIe (compute-sanitizer refuses them), plain loads and stores are.
 struct DeviceErrorRecord {
   uint32_t state;
   uint32_t op;  ///< a WaitOp
@@ -53,8 +55,9 @@ struct DeviceErrorRecord {
   uint64_t expected;  ///< the value waited for
   uint64_t observed;  ///< the value last seen
   uint64_t budgetNs;  ///< the budget that ran out
+  uint32_t* claim;    ///< 0 until a reporter takes the record; nullptr: claim through `state` (host memory only)
 };
-static_assert(sizeof(DeviceErrorRecord) == 48);
+static_assert(sizeof(DeviceErrorRecord) == 56);
 
 /// Who is waiting: carried by device handles so a timeout can say which wait it was.
 struct WaitSite {
@@ -75,11 +78,13 @@ namespace detail {
 /// in device code with a trap, which ends the kernel; in host code by throwing Error(kTimeout).
 WEFT_HOST_DEVICE_INLINE void reportWaitTimeout(const WaitSite& site, WaitOp op, uint64_t expected, uint64_t observed,
                                                uint64_t budgetNs) {
-  DeviceErrorRecord local{2,       static_cast<uint32_t>(op), site.rank, site.peer, site.channel, 0, expected, observed,
-                          budgetNs};
+  DeviceErrorRecord local{
+      2, static_cast<uint32_t>(op), site.rank, site.peer, site.channel, 0, expected, observed, budgetNs, nullptr};
   if (site.record != nullptr) {
     uint32_t empty = 0;
-    if (atomicCompareExchange<MemoryOrder::kAcqRel>(&site.record->state, empty, 1u)) {
+    uint32_t* claim = site.record->claim != nullptr ? site.record->claim : &site.record->state;
+    if (atomicCompareExchange<MemoryOrder::kAcqRel>(claim, empty, 1u)) {
+      atomicStore<MemoryOrder::kRelaxed>(&site.record->state, 1u);
       site.record->op = local.op;
       site.record->rank = local.rank;
       site.record->peer = local.peer;
@@ -151,6 +156,7 @@ class DeviceErrorBlock {
  private:
   DeviceErrorRecord* host_ = nullptr;
   DeviceErrorRecord* device_ = nullptr;
+  uint32_t* claim_ = nullptr;  // device memory (GPU builds with a GPU): the word reporters compare-and-swap
   bool pinned_ = false;
 };
 

@@ -83,6 +83,7 @@ class LinkCutter {
   LinkCutter(const test::VirtualHosts& hosts, const SharedState& shared, int ready, int host,
              std::chrono::milliseconds timeout = 30s)
       : thread_([this, &hosts, &shared, ready, host, timeout] {
+          started_ = true;
           const auto until = Clock::now() + timeout;
           while (shared->ready.load() < ready && !finished_.load() && Clock::now() < until)
             std::this_thread::sleep_for(1ms);
@@ -93,7 +94,12 @@ class LinkCutter {
           } catch (const std::exception& e) {
             error_ = e.what();
           }
-        }) {}
+        }) {
+    // The ranks are forked next: a thread still starting then (its runtime's registry locked; ASan's, for one)
+    // leaves that lock held in the children, and a rank that starts a thread of its own hangs on it (CI: rank 0
+    // stuck before sending the peer table, rank 1 timed out waiting for it). Fork only once it runs.
+    while (!started_.load()) std::this_thread::yield();
+  }
   ~LinkCutter() { finish(); }
   /// Stops waiting and joins; returns why the cut failed ("" when it did not fail or never happened).
   std::string finish() {
@@ -104,6 +110,7 @@ class LinkCutter {
 
  private:
   std::atomic<bool> finished_{false};
+  std::atomic<bool> started_{false};
   std::string error_;
   std::thread thread_;
 };

@@ -294,6 +294,7 @@ struct FabricState {
   std::mutex stagingMutex;
   void* staging = nullptr;
   fid_mr* stagingMr = nullptr;
+  bool stages = false;  // GPU memory is staged (no FI_HMEM, a GPU build): the buffer is made on first use
 #if !WEFT_BUILD_GPU_NONE
   // One non-blocking stream per GPU for the staging copies: a copy on the legacy default stream would wait for
   // every kernel on the application's blocking streams, among them a kernel spinning on this very write's signal.
@@ -427,8 +428,7 @@ std::string offeredProviders() {
 
 /// fi_getinfo for RDM endpoints with RMA and atomics, as `provider`/`domain` (empty: any) ask. nullptr when none.
 /// `cqData` asks for 8 bytes of remote CQ data (the signals' carrier): a provider may enable it only when asked.
-fi_info* query(const std::string& provider, const std::string& domain, bool hmem, bool deliveryComplete,
-               bool cqData) {
+fi_info* query(const std::string& provider, const std::string& domain, bool hmem, bool deliveryComplete, bool cqData) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) throw std::bad_alloc();
   hints->ep_attr->type = FI_EP_RDM;
@@ -1134,23 +1134,10 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     // Default on for every provider: held-back signals are posted by whoever drives progress, and the thread makes
     // that happen without the caller. Off means callers drive progress (see docs/libfabric.md).
     s->progressThread = progressOption != 0;
-#if !WEFT_BUILD_GPU_NONE
-    if (!s->hmem) {
-      hipError_t e = hipHostMalloc(&s->staging, kStagingBytes, hipHostMallocDefault);
-      if (e != hipSuccess) {
-        s->staging = nullptr;  // no GPU runtime usable here: GPU memory is refused at registration
-      } else {
-        int rc = fi_mr_reg(s->domain, s->staging, kStagingBytes, FI_READ | FI_WRITE, 0,
-                           (s->mrMode & FI_MR_PROV_KEY) ? 0 : s->nextKey.fetch_add(1), 0, &s->stagingMr, nullptr);
-        if (rc != 0) throwFi("fi_mr_reg of the staging buffer", rc);
-        if (s->mrMode & FI_MR_ENDPOINT) {
-          rc = fi_mr_bind(s->stagingMr, &s->ep->fid, 0);
-          if (rc == 0) rc = fi_mr_enable(s->stagingMr);
-          if (rc != 0) throwFi("fi_mr_bind/enable of the staging buffer", rc);
-        }
-      }
-    }
-#endif
+    // GPU sources are staged when the provider has no FI_HMEM; the bounce buffer is made at the first GPU
+    // registration, so that a process that never registers GPU memory never starts the GPU runtime here (a runtime
+    // started before fork() is unusable in the children).
+    s->stages = !s->hmem && !WEFT_BUILD_GPU_NONE;
     if (s->progressThread) s->progress = std::thread(progressLoop, s);
     logf(s, weftLogInfo,
          "libfabric transport up: provider %s domain %s, %s progress%s, flush: %s, hmem %s, mr_mode "
@@ -1292,8 +1279,8 @@ weftResult_t fabricDeviceInfo(void* state, uint32_t device, weftDeviceInfo_v1* i
     auto covers = [&](size_t offset, size_t size) { return info->structSize >= offset + size; };
     if (covers(offsetof(weftDeviceInfo_v1, name), sizeof(info->name))) setField(info->name, s->domainName);
     if (covers(offsetof(weftDeviceInfo_v1, flags), sizeof(info->flags))) {
-      info->flags = weftDeviceHostMemory | ((s->hmem || s->stagingMr != nullptr) ? weftDeviceGpuMemory : 0) |
-                    (!s->hmem && s->stagingMr != nullptr ? weftDeviceGpuSourceOnly : 0);
+      info->flags = weftDeviceHostMemory | ((s->hmem || s->stages) ? weftDeviceGpuMemory : 0) |
+                    (s->stages ? weftDeviceGpuSourceOnly : 0);
     }
     if (covers(offsetof(weftDeviceInfo_v1, numaNode), sizeof(info->numaNode))) info->numaNode = -1;
     if (covers(offsetof(weftDeviceInfo_v1, gpuDevice), sizeof(info->gpuDevice))) info->gpuDevice = -1;
@@ -1488,6 +1475,34 @@ void bindMr(FabricState* s, fid_mr* mr) {
 }
 
 #if !WEFT_BUILD_GPU_NONE
+/// Makes and registers the pinned bounce buffer of staged writes, once. Call with stagingMutex held.
+void ensureStagingLocked(FabricState* s) {
+  if (s->stagingMr != nullptr) return;
+  if (s->staging == nullptr) {
+    const hipError_t e = hipHostMalloc(&s->staging, kStagingBytes, hipHostMallocDefault);
+    if (e != hipSuccess) {
+      s->staging = nullptr;
+      throw Failure(weftNotSupported, "libfabric transport: provider " + s->provider +
+                                          " cannot register GPU memory (no FI_HMEM), and pinning its " +
+                                          std::to_string(kStagingBytes >> 20) +
+                                          " MiB staging buffer failed: " + hipGetErrorString(e));
+    }
+  }
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_reg(s->domain, s->staging, kStagingBytes, FI_READ | FI_WRITE, 0,
+                     (s->mrMode & FI_MR_PROV_KEY) ? 0 : s->nextKey.fetch_add(1), 0, &mr, nullptr);
+  if (rc != 0) throwFi("fi_mr_reg of the staging buffer", rc);
+  if (s->mrMode & FI_MR_ENDPOINT) {
+    rc = fi_mr_bind(mr, &s->ep->fid, 0);
+    if (rc == 0) rc = fi_mr_enable(mr);
+    if (rc != 0) {
+      closeFid(&mr->fid);
+      throwFi("fi_mr_bind/enable of the staging buffer", rc);
+    }
+  }
+  s->stagingMr = mr;
+}
+
 /// The staging stream of GPU `device`, made when its first staged region is registered (before the application's
 /// kernels may be spinning on what the writes will signal). Call with stagingMutex held.
 hipStream_t stagingStreamLocked(FabricState* s, int device) {
@@ -1534,17 +1549,16 @@ weftResult_t fabricRegisterMemory(void* state, const weftMemoryDescriptor_v1* de
     r->size = desc->size;
     r->kind = desc->kind;
     if (desc->kind == weftMemoryGpu && !s->hmem) {
-      if (s->stagingMr == nullptr) {
-        throw Failure(weftNotSupported,
-                      "libfabric transport: provider " + s->provider +
-                          " cannot register GPU memory (no FI_HMEM) and this build has no GPU runtime to stage it "
-                          "through host memory" +
-                          (WEFT_BUILD_GPU_NONE ? " (built with WEFT_GPU=none)" : " (pinned allocation failed)"));
+      if (!s->stages) {
+        throw Failure(weftNotSupported, "libfabric transport: provider " + s->provider +
+                                            " cannot register GPU memory (no FI_HMEM) and this build has no GPU "
+                                            "runtime to stage it through host memory (built with WEFT_GPU=none)");
       }
       r->staged = true;  // a write source copied through the bounce buffer; peers cannot write into it
       r->gpuDevice = desc->gpuDevice;
 #if !WEFT_BUILD_GPU_NONE
       std::lock_guard<std::mutex> staging(s->stagingMutex);
+      ensureStagingLocked(s);
       (void)stagingStreamLocked(s, r->gpuDevice);
 #endif
     } else {
