@@ -42,9 +42,10 @@ WEFT_HOST_DEVICE_INLINE const char* waitOpName(WaitOp op) {
 }
 
 /// The record of the first wait that ran out of budget. Lives in host-visible memory (mapped pinned memory on
-/// a GPU build); `state` is 0 while empty, 1 while being written, 2 once complete. Reporters take the record by a
-/// compare-and-swap on `claim`, which is in device memory on a GPU build: read-modify-writes on mapped host memory
-/// are not atomic over PCIe (compute-sanitizer refuses them), plain loads and stores are.
+/// a GPU build); `state` is 0 while empty, 1 while being written, 2 once complete. GPU reporters take the record by
+/// a compare-and-swap on `claim`, which is in device memory on a GPU build: read-modify-writes on mapped host memory
+/// are not atomic over PCIe (compute-sanitizer refuses them), plain loads and stores are. Host reporters
+/// compare-and-swap `state` itself.
 struct DeviceErrorRecord {
   uint32_t state;
   uint32_t op;  ///< a WaitOp
@@ -82,8 +83,16 @@ WEFT_HOST_DEVICE_INLINE void reportWaitTimeout(const WaitSite& site, WaitOp op, 
       2, static_cast<uint32_t>(op), site.rank, site.peer, site.channel, 0, expected, observed, budgetNs, nullptr};
   if (site.record != nullptr) {
     uint32_t empty = 0;
+#if defined(WEFT_DEVICE_COMPILE)
+    // GPU threads claim through the device-memory word; a host reporter (which cannot touch device memory) may
+    // have taken `state` already, which the plain load below sees in all but a vanishing window.
     uint32_t* claim = site.record->claim != nullptr ? site.record->claim : &site.record->state;
-    if (atomicCompareExchange<MemoryOrder::kAcqRel>(claim, empty, 1u)) {
+    const bool won = atomicCompareExchange<MemoryOrder::kAcqRel>(claim, empty, 1u) &&
+                     (claim == &site.record->state || atomicLoad<MemoryOrder::kAcquire>(&site.record->state) == 0u);
+#else
+    const bool won = atomicCompareExchange<MemoryOrder::kAcqRel>(&site.record->state, empty, 1u);
+#endif
+    if (won) {
       atomicStore<MemoryOrder::kRelaxed>(&site.record->state, 1u);
       site.record->op = local.op;
       site.record->rank = local.rank;

@@ -16,27 +16,19 @@
 #include <vector>
 #include <weft/config.hpp>
 
+#include "json_lines.hpp"
 #include "shell.hpp"
 
 namespace {
 
 const std::string kBin = WEFT_BIN_DIR;
 
+using weft::test::readJsonLines;
 using weft::test::runShell;
 using weft::test::TempDir;
 using Result = weft::test::ShellResult;
 
 bool exists(const std::string& path) { return weft::test::pathExists(path); }
-
-std::vector<nlohmann::json> readJsonLines(const std::string& path) {
-  std::vector<nlohmann::json> rows;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
-  }
-  return rows;
-}
 
 size_t countOf(const std::string& text, const std::string& what) {
   size_t n = 0;

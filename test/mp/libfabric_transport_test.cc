@@ -227,16 +227,29 @@ struct Pair {
 };
 
 constexpr uint64_t kHeader = 4096;  // counters live here; data follows
-constexpr uint64_t kMaxTransfer = uint64_t{64} << 20;
 
-TEST_P(LibfabricTransportTest, WritesFromOneByteTo64MiBAtOddOffsetsArriveIntact) {
+/// Two forked ranks, each with its end of a ChannelPair and a Pair over `provider` (an inbox of `inBytes`, an outbox of
+/// `outBytes`), each running body(rank, its channel, its pair).
+template <class Body>
+std::vector<test::RankResult> runPair(const std::string& provider, uint64_t inBytes, uint64_t outBytes, Body&& body,
+                                      std::chrono::milliseconds timeout) {
   ChannelPair pairs;
-  const std::string provider = GetParam();
-  auto results = test::runRanks(
+  return test::runRanks(
       2,
       [&](int rank, int) {
         auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader + kMaxTransfer + 64, kMaxTransfer + 64);
+        Pair p(*ch, provider, inBytes, outBytes);
+        body(rank, ch.get(), p);
+      },
+      timeout);
+}
+constexpr uint64_t kMaxTransfer = uint64_t{64} << 20;
+
+TEST_P(LibfabricTransportTest, WritesFromOneByteTo64MiBAtOddOffsetsArriveIntact) {
+  const std::string provider = GetParam();
+  auto results = runPair(
+      provider, kHeader + kMaxTransfer + 64, kMaxTransfer + 64,
+      [&](int rank, Channel* ch, Pair& p) {
         uint8_t* in = p.inbox.get();
         uint8_t* out = p.outbox.get();
         const uint64_t sizes[] = {1, 7, 1024, 4097, 65537, (1 << 20) + 3, (16 << 20) - 1, kMaxTransfer};
@@ -265,14 +278,11 @@ TEST_P(LibfabricTransportTest, WritesFromOneByteTo64MiBAtOddOffsetsArriveIntact)
 // and the reader checks at once. Writes over tcp go without delivery-complete acknowledgements; the read that flush
 // posts behind them is what vouches for them (see docs/libfabric.md, flush).
 TEST_P(LibfabricTransportTest, FlushedWritesAreAtThePeerWithoutASignal) {
-  ChannelPair pairs;
   const std::string provider = GetParam();
   constexpr uint64_t kBytes = 16 << 20;
-  auto results = test::runRanks(
-      2,
-      [&](int rank, int) {
-        auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader + kBytes, kBytes);
+  auto results = runPair(
+      provider, kHeader + kBytes, kBytes,
+      [&](int rank, Channel* ch, Pair& p) {
         const uint64_t sizes[] = {8, 4096, 1 << 20, kBytes, kBytes / 2 + 1};
         for (uint64_t round = 0; round < 10; ++round) {
           const uint64_t size = sizes[round % 5];
@@ -302,14 +312,11 @@ TEST_P(LibfabricTransportTest, FlushedWritesAreAtThePeerWithoutASignal) {
 }
 
 TEST_P(LibfabricTransportTest, ManyBackToBackWritesThenOneSignalAndFlush) {
-  ChannelPair pairs;
   const std::string provider = GetParam();
   constexpr uint64_t kWrites = 3000, kSlot = 1000;  // odd slot size: unaligned destinations
-  auto results = test::runRanks(
-      2,
-      [&](int rank, int) {
-        auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader + kWrites * kSlot, kWrites * kSlot);
+  auto results = runPair(
+      provider, kHeader + kWrites * kSlot, kWrites * kSlot,
+      [&](int rank, Channel* ch, Pair& p) {
         uint8_t* out = p.outbox.get();
         for (uint64_t j = 0; j < kWrites * kSlot; ++j) out[j] = pattern(rank, kSlot, j);
         for (uint64_t i = 0; i < kWrites; ++i) {
@@ -332,17 +339,14 @@ TEST_P(LibfabricTransportTest, ManyBackToBackWritesThenOneSignalAndFlush) {
 }
 
 TEST_P(LibfabricTransportTest, AtomicAddsFromBothSidesAndManyThreadsAreExact) {
-  ChannelPair pairs;
   const std::string provider = GetParam();
   // These small values travel as remote CQ data (tcp, shm) and are added by the target's own progress thread, which
   // also makes shm exact: its fi_atomic FI_SUM (libfabric 1.17) miscounts such streams (docs/libfabric.md).
   constexpr int kThreads = 4;
   constexpr uint64_t kAddsPerThread = 3000;
-  auto results = test::runRanks(
-      2,
-      [&](int rank, int) {
-        auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader, 4096);
+  auto results = runPair(
+      provider, kHeader, 4096,
+      [&](int rank, Channel* ch, Pair& p) {
         auto peerEp = std::vector<uint8_t>();
         std::vector<std::thread> threads;
         std::atomic<int> failures{0};
@@ -380,14 +384,11 @@ TEST_P(LibfabricTransportTest, AtomicAddsFromBothSidesAndManyThreadsAreExact) {
 }
 
 TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes) {
-  ChannelPair pairs;
   const std::string provider = GetParam();
   constexpr uint64_t kBytes = 32 << 20;
-  auto results = test::runRanks(
-      2,
-      [&](int rank, int) {
-        auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader + kBytes, kBytes);
+  auto results = runPair(
+      provider, kHeader + kBytes, kBytes,
+      [&](int rank, Channel* ch, Pair& p) {
         if (rank == 1) {
           ch->sendValue(static_cast<uint64_t>(getpid()));
           raise(SIGSTOP);  // the progress thread stops with us: nothing is received
@@ -420,14 +421,11 @@ TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes
 }
 
 TEST_P(LibfabricTransportTest, PeerKilledMidTransferGivesAnErrorNotAHang) {
-  ChannelPair pairs;
   const std::string provider = GetParam();
   constexpr uint64_t kBytes = 8 << 20;
-  auto results = test::runRanks(
-      2,
-      [&](int rank, int) {
-        auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader + kBytes, kBytes);
+  auto results = runPair(
+      provider, kHeader + kBytes, kBytes,
+      [&](int rank, Channel* ch, Pair& p) {
         if (rank == 1) {
           ch->sendValue(1);
           waitCounter(p.inbox.get(), 2, 10s, "first transfers");
@@ -458,14 +456,11 @@ TEST_P(LibfabricTransportTest, PeerKilledMidTransferGivesAnErrorNotAHang) {
 // while its progress thread meets the broken connection, and tear down without a crash (see docs/libfabric.md,
 // "Teardown over a dead link").
 TEST_P(LibfabricTransportTest, WriterKilledMidTransferLeavesTheTargetStandingAndItsTeardownClean) {
-  ChannelPair pairs;
   const std::string provider = GetParam();
   constexpr uint64_t kBytes = 8 << 20;
-  auto results = test::runRanks(
-      2,
-      [&](int rank, int) {
-        auto ch = pairs.take(rank);
-        Pair p(*ch, provider, kHeader + kBytes, kBytes);
+  auto results = runPair(
+      provider, kHeader + kBytes, kBytes,
+      [&](int rank, Channel* ch, Pair& p) {
         if (rank == 0) {
           for (int i = 0;; ++i) {
             p.conn.write(p.remote, kHeader, p.outReg, 0, kBytes);
