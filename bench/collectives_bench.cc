@@ -283,6 +283,7 @@ class DeviceBuffer {
   explicit DeviceBuffer(uint64_t bytes) {
     checkGpu(hipMalloc(&ptr_, bytes), "hipMalloc for weft-bench collectives");
     checkGpu(hipMemset(ptr_, 0, bytes), "hipMemset for weft-bench collectives");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   }
   ~DeviceBuffer() { (void)hipFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;

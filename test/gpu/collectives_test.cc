@@ -120,6 +120,7 @@ class GpuBuffer {
   uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
   void upload(const Bytes& b) const {
     checkGpu(hipMemcpy(ptr_, b.data(), b.size(), hipMemcpyHostToDevice), "hipMemcpy to the GPU");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   }
   Bytes download(uint64_t offset, uint64_t bytes) const {
     Bytes out(bytes);
@@ -492,6 +493,7 @@ void misalignedReductions(int rank, int size, const UniqueId& id, uint64_t seed)
           uint8_t* recv = shape == 3 ? send : recvBuf.get() + recvOff;
           const Bytes& mine = inputs[static_cast<size_t>(rank)];
           checkGpu(hipMemcpy(send, mine.data(), mine.size(), hipMemcpyHostToDevice), "hipMemcpy to the GPU");
+          checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
           r.coll->allReduce(send, recv, count, type, ReduceOp::kSum, stream.get());
           const hipError_t e = hipStreamSynchronize(stream.get());
           r.coll->checkError();
@@ -503,6 +505,7 @@ void misalignedReductions(int rank, int size, const UniqueId& id, uint64_t seed)
           if (per == 0 || shape == 3) continue;
           checkGpu(hipMemcpy(send, mine.data(), per * static_cast<uint64_t>(size) * es, hipMemcpyHostToDevice),
                    "hipMemcpy to the GPU");
+          checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
           r.coll->reduceScatter(send, recv, per, type, ReduceOp::kSum, stream.get());
           const hipError_t e2 = hipStreamSynchronize(stream.get());
           r.coll->checkError();

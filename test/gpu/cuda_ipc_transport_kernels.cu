@@ -118,6 +118,7 @@ void* allocPosixFdMemory(uint64_t bytes, uint64_t* allocated) {
   access.flags = hipMemAccessFlagsProtReadWrite;
   checkGpu(hipMemSetAccess(ptr, size, &access, 1), "hipMemSetAccess");
   checkGpu(hipMemset(ptr, 0, size), "hipMemset of the hipMem allocation");
+  checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   checkGpu(hipDeviceSynchronize(), "hipDeviceSynchronize");
   *allocated = size;
   return ptr;

@@ -84,6 +84,7 @@ class DeviceBuffer {
   explicit DeviceBuffer(uint64_t bytes) : bytes_(bytes) {
     checkGpu(hipMalloc(&ptr_, bytes), "hipMalloc");
     checkGpu(hipMemset(ptr_, 0, bytes), "hipMemset");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
     checkGpu(hipDeviceSynchronize(), "hipDeviceSynchronize");
   }
   ~DeviceBuffer() { (void)hipFree(ptr_); }
@@ -168,6 +169,7 @@ void runWriteRounds(Communicator& comm, Connection& conn, const RegisteredMemory
     const auto [size, dstOffset] = rounds[r];
     const uint32_t mySeed = static_cast<uint32_t>(rank * 1000 + r), peerSeed = static_cast<uint32_t>(peer * 1000 + r);
     checkGpu(hipMemset(landing, 0, landingBytes), "hipMemset of the landing zone");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
     checkGpu(hipDeviceSynchronize(), "hipDeviceSynchronize");
     launchIpcFillPattern(send, size, mySeed);
     comm.bootstrap().barrier();  // both landing zones are zero before anyone writes
@@ -322,6 +324,7 @@ TEST_P(CudaIpcTransport, PosixFdAllocationsUnderEitherHandleType) {
                      recv.get() + dataBytes, rounds);
       // A kernel writes through the fd-mapped address too.
       checkGpu(hipMemset(recv.get(), 0, dataBytes), "hipMemset");
+      checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
       checkGpu(hipDeviceSynchronize(), "hipDeviceSynchronize");
       comm.bootstrap().barrier();
       launchIpcFillPattern(static_cast<uint8_t*>(remote.data()) + 100, 4096, static_cast<uint32_t>(500 + rank));

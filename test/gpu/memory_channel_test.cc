@@ -43,6 +43,7 @@ class GpuBuffer {
   explicit GpuBuffer(uint64_t bytes) : bytes_(bytes) {
     checkGpu(hipMalloc(&ptr_, bytes), "hipMalloc");
     checkGpu(hipMemset(ptr_, 0, bytes), "hipMemset");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   }
   ~GpuBuffer() { (void)hipFree(ptr_); }
   GpuBuffer(const GpuBuffer&) = delete;
@@ -89,6 +90,7 @@ void exerciseRank(int rank, int size, const UniqueId& id) {
   for (uint64_t i = 0; i < kBytes; ++i) mine[i] = channelPattern(role, 0, i);
   checkGpu(hipMemcpy(static_cast<uint8_t*>(data.get()) + kBytes * role, mine.data(), kBytes, hipMemcpyHostToDevice),
            "hipMemcpy");
+  checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   RegisteredMemory localData = comm.registerMemory(data.get(), data.bytes(), MemoryKind::kGpu);
   RegisteredMemory localPackets = comm.registerMemory(packets.get(), packets.bytes(), MemoryKind::kGpu);
   comm.sendMemory(localData, peer, 1);

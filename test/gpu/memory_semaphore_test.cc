@@ -95,6 +95,7 @@ TEST(MemorySemaphoreGpu, WaitNobodySignalsTrapsAndIsRecorded) {
     uint64_t* words = nullptr;
     checkGpu(hipMalloc(&words, 3 * sizeof(uint64_t)), "hipMalloc");
     checkGpu(hipMemset(words, 0, 3 * sizeof(uint64_t)), "hipMemset");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
     MemoryDevice2DeviceSemaphoreDeviceHandle sem{&words[0], &words[1], &words[2], 300 * kMs,
                                                  WaitSite{errors.deviceRecord(), 0, 1, 5}};
     Stream stream;

@@ -15,6 +15,7 @@ class DeviceArray {
   explicit DeviceArray(size_t count) : count_(count) {
     checkGpu(hipMalloc(reinterpret_cast<void**>(&ptr_), count * sizeof(T)), "hipMalloc");
     checkGpu(hipMemset(ptr_, 0, count * sizeof(T)), "hipMemset");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   }
   ~DeviceArray() { (void)hipFree(ptr_); }
   DeviceArray(const DeviceArray&) = delete;
