@@ -54,6 +54,7 @@ class DeviceBuffer {
   explicit DeviceBuffer(uint64_t bytes) : bytes_(bytes) {
     checkGpu(hipMalloc(&ptr_, bytes), "hipMalloc for the gpu benchmark");
     checkGpu(hipMemset(ptr_, 0, bytes), "hipMemset for the gpu benchmark");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   }
   ~DeviceBuffer() { (void)hipFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -99,6 +100,7 @@ class GpuPair {
     std::vector<uint8_t> pattern(max_);
     for (uint64_t i = 0; i < max_; ++i) pattern[i] = patternByte(rank_, i);
     checkGpu(hipMemcpy(data_.get(), pattern.data(), max_, hipMemcpyHostToDevice), "filling the source");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
     std::shared_ptr<Connection> portConnection = comm.connect(peer_, 305, MemoryKind::kGpu);
     portTransport_ = portConnection->transport();
     if (portConnection->mapsPeerMemory()) {
@@ -130,6 +132,17 @@ class GpuPair {
     const MemoryId src = proxy_->addMemory(localData_);
     port_ = proxy_->portChannel(s, dst, src).deviceHandle();
     proxy_->start();
+    directMaxBytes_ = port_.direct.order != nullptr ? proxyOptions.directMaxBytes : 0;
+    if (directMaxBytes_ > 0) {
+      // Small puts of port_ take the direct path; a second service with it off measures the proxy's path too.
+      proxyOptions.directMaxBytes = 0;
+      proxyOnly_ = std::make_unique<ProxyService>(comm, proxyOptions);
+      const SemaphoreId s2 = proxyOnly_->buildSemaphore(portConnection, 308);
+      portViaProxy_ =
+          proxyOnly_->portChannel(s2, proxyOnly_->addMemory(peerLanding_), proxyOnly_->addMemory(localData_))
+              .deviceHandle();
+      proxyOnly_->start();
+    }
     hipDeviceProp_t prop{};
     int device = 0;
     checkGpu(hipGetDevice(&device), "hipGetDevice");
@@ -148,6 +161,7 @@ class GpuPair {
     }
   }
   ~GpuPair() {
+    proxyOnly_.reset();
     proxy_.reset();
     (void)hipFree(times_);
   }
@@ -197,7 +211,7 @@ class GpuPair {
     peerData_ = static_cast<uint8_t*>(peerData.data());
     peerLanding_ = peerData;
     raw_ = RawPeer{reinterpret_cast<uint64_t*>(flags_.get()), static_cast<uint64_t*>(peerFlags.data()),
-                   peerData_ + 2 * max_};
+                   peerData_ + 2 * max_, 0};
   }
 
   // The two ranks of this pair meet (other pairs run on: a job-wide barrier would also tie an odd last rank in).
@@ -209,9 +223,25 @@ class GpuPair {
   void finish(const char* what) {
     const hipError_t e = hipStreamSynchronize(stream_.get());
     errors_.check();
-    proxy_->checkError();      // a failed proxy thread is the cause of any wait that ran out behind it
-    proxy_->errors().check();  // a port channel wait that ran out records here, then stops the kernel
+    for (ProxyService* p : {proxy_.get(), proxyOnly_.get()}) {
+      if (p == nullptr) continue;
+      p->checkError();      // a failed proxy thread is the cause of any wait that ran out behind it
+      p->errors().check();  // a port channel wait that ran out records here, then stops the kernel
+    }
     checkGpu(e, what);
+  }
+
+  // After a kernel ran `rounds` raw floor round trips: both flags must have counted exactly that far, or the floor's
+  // waits did not wait (a count left over from an earlier kernel satisfies them) and its figure would be wrong.
+  void rawFloorRan(uint64_t rounds) {
+    uint64_t mine = 0;
+    checkGpu(hipMemcpy(&mine, raw_.mine, sizeof(mine), hipMemcpyDeviceToHost), "reading the raw floor's flag");
+    if (mine != raw_.base + rounds) {
+      throw Error(ErrorCode::kInternalError, "weft-bench gpu: the raw floor's flag holds " + std::to_string(mine) +
+                                                 " after " + std::to_string(rounds) + " round trips from " +
+                                                 std::to_string(raw_.base) + ": the floor did not wait for its peer");
+    }
+    raw_.base = mine;
   }
 
   PingPongTimes times() {
@@ -224,6 +254,7 @@ class GpuPair {
   void clearLanding(uint64_t bytes) {
     checkGpu(hipMemset(data_.get() + max_, 0, bytes), "clearing the landing area");
     checkGpu(hipMemset(data_.get() + 2 * max_, 0, bytes), "clearing the floor's landing area");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
     if (!hostLanding_.empty()) std::memset(hostLanding_.data() + max_, 0, bytes);
     pairBarrier();
   }
@@ -246,8 +277,10 @@ class GpuPair {
     const int iters = options.iterations > 0 ? options.iterations : 20000;
     BenchRow row{"gpu semaphore ping-pong (floor: raw flag)", "us", 0, iters};
     pairBarrier();
-    launchSemaphorePingPong(put_.semaphore, raw_, first_, std::max(options.warmup, 100), iters, times_, stream_.get());
+    const int warmup = std::max(options.warmup, 100);
+    launchSemaphorePingPong(put_.semaphore, raw_, first_, warmup, iters, times_, stream_.get());
     finish("semaphore ping-pong kernel");
+    rawFloorRan(static_cast<uint64_t>(warmup) + iters);
     const PingPongTimes t = times();
     row.weft = static_cast<double>(t.weftNs) / 1e3 / iters / 2;
     row.floor = static_cast<double>(t.rawNs) / 1e3 / iters / 2;
@@ -270,6 +303,7 @@ class GpuPair {
                            stream_.get());
       flag_ += static_cast<uint32_t>(warmup + iters);
       finish("packet ping-pong kernel");
+      rawFloorRan(static_cast<uint64_t>(warmup) + iters);
       const PingPongTimes t = times();
       if (options.check) row.wrong = countWrong(max_, bytes) + countWrong(2 * max_, bytes);
       row.weft = static_cast<double>(t.weftNs) / 1e3 / iters / 2;
@@ -283,12 +317,28 @@ class GpuPair {
       if (bytes > kMaxPortPingPongBytes) break;
       const int iters = options.iterations > 0 ? options.iterations : 1000;
       const int warmup = std::max(options.warmup, 20);
-      BenchRow row{mapped()  ? "gpu port putWithSignal ping-pong (floor: host-issued copy + sync)"
+      if (bytes <= directMaxBytes_) {
+        // The kernel's thread does the put and the signal itself: the floor is the same thread's raw copy and flag.
+        BenchRow row{"gpu port putWithSignal ping-pong, direct path (floor: one-thread copy + raw flag)", "us", bytes,
+                     iters};
+        clearLanding(bytes);
+        launchPortPingPong(port_, bytes, max_, first_, warmup, iters, true, raw_, data_.get(), times_, stream_.get());
+        finish("port channel ping-pong kernel");
+        rawFloorRan(static_cast<uint64_t>(warmup) + iters);
+        pairBarrier();
+        if (options.check) row.wrong = countWrong(max_, bytes) + countWrong(2 * max_, bytes);
+        const PingPongTimes t = times();
+        row.weft = static_cast<double>(t.weftNs) / 1e3 / iters / 2;
+        row.floor = static_cast<double>(t.rawNs) / 1e3 / iters / 2;
+        rows.push_back(row);
+      }
+      const PortChannelDeviceHandle& channel = bytes <= directMaxBytes_ ? portViaProxy_ : port_;
+      BenchRow row{mapped()  ? "gpu port putWithSignal ping-pong via the proxy (floor: host-issued copy + sync)"
                    : fabric_ ? "gpu port putWithSignal ping-pong over libfabric (floor: raw libfabric host ping-pong)"
                              : "gpu port putWithSignal ping-pong (no floor)",
                    "us", bytes, iters};
       clearLanding(bytes);
-      launchPortPingPong(port_, bytes, max_, first_, warmup, iters, times_, stream_.get());
+      launchPortPingPong(channel, bytes, max_, first_, warmup, iters, false, raw_, data_.get(), times_, stream_.get());
       finish("port channel ping-pong kernel");
       pairBarrier();  // both flushed: the peer's puts into this rank have landed
       if (options.check) row.wrong = countWrong(max_, bytes, portLanding());
@@ -424,6 +474,9 @@ class GpuPair {
   RawPeer raw_{};
   std::unique_ptr<ProxyService> proxy_;
   PortChannelDeviceHandle port_{};
+  uint64_t directMaxBytes_ = 0;              // port_'s direct path takes puts up to this size (0: it has none)
+  std::unique_ptr<ProxyService> proxyOnly_;  // with the direct path off, for the proxy's own figures
+  PortChannelDeviceHandle portViaProxy_{};
   int smCount_ = 1;
   PingPongTimes* times_ = nullptr;
   uint32_t flag_ = 0;

@@ -13,8 +13,8 @@ constexpr uint64_t kRawBudgetNs = 30'000'000'000ull;
 // The raw floor's signal: count up in the peer's word with one release store; wait with acquire loads.
 struct RawFlag {
   RawPeer peer;
-  uint64_t sent = 0;
-  uint64_t seenCount = 0;
+  uint64_t sent = peer.base;
+  uint64_t seenCount = peer.base;
   WEFT_DEVICE_INLINE void signal() { atomicStore<MemoryOrder::kRelease, Scope::kSystem>(peer.theirs, ++sent); }
   WEFT_DEVICE_INLINE void wait() {
     const uint64_t want = ++seenCount;
@@ -115,7 +115,8 @@ WEFT_GLOBAL void __launch_bounds__(1024)
 }
 
 WEFT_GLOBAL void portPingPongKernel(PortChannelDeviceHandle ch, uint64_t bytes, uint64_t landing, bool first,
-                                    int warmup, int iters, PingPongTimes* out) {
+                                    int warmup, int iters, bool floor, RawPeer raw, const uint8_t* src,
+                                    PingPongTimes* out) {
   auto rounds = [&](int n) {
     for (int i = 0; i < n; ++i) {
       if (first) {
@@ -134,6 +135,27 @@ WEFT_GLOBAL void portPingPongKernel(PortChannelDeviceHandle ch, uint64_t bytes, 
   ch.flush();
   out->weftNs = t1 - t0;
   out->rawNs = 0;
+  if (!floor) return;
+  RawFlag flag{raw};
+  auto send = [&] {
+    copyByOneThread(raw.landing, src, bytes);  // the copy the direct path does
+    flag.signal();
+  };
+  auto rawRounds = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      if (first) {
+        send();
+        flag.wait();
+      } else {
+        flag.wait();
+        send();
+      }
+    }
+  };
+  rawRounds(warmup);
+  const uint64_t t2 = clockNanoseconds();
+  rawRounds(iters);
+  out->rawNs = clockNanoseconds() - t2;
 }
 
 WEFT_GLOBAL void portPutStreamKernel(PortChannelDeviceHandle ch, uint64_t bytes, uint64_t landing, int iters) {
@@ -191,8 +213,8 @@ void launchPacketPingPong(PacketFormat format, MemoryChannelDeviceHandle ch, Raw
 }
 
 void launchPortPingPong(PortChannelDeviceHandle ch, uint64_t bytes, uint64_t landing, bool first, int warmup, int iters,
-                        PingPongTimes* out, hipStream_t stream) {
-  portPingPongKernel<<<1, 1, 0, stream>>>(ch, bytes, landing, first, warmup, iters, out);
+                        bool floor, RawPeer raw, const uint8_t* src, PingPongTimes* out, hipStream_t stream) {
+  portPingPongKernel<<<1, 1, 0, stream>>>(ch, bytes, landing, first, warmup, iters, floor, raw, src, out);
   checkLaunch("launching the port channel ping-pong kernel");
 }
 

@@ -16,12 +16,14 @@ struct PingPongTimes {
   uint64_t rawNs;
 };
 
-/// The raw floor's words: this rank's flag, the peer's flag (mapped peer GPU memory), and for data floors the
-/// peer's landing area.
+/// The raw floor's words: this rank's flag, the peer's flag (mapped peer GPU memory), for data floors the peer's
+/// landing area, and the count both flags hold already (each floor round trip adds one to each; the words are never
+/// reset, so a kernel counts on from there, or its waits would be satisfied by earlier kernels' signals).
 struct RawPeer {
   uint64_t* mine;
   uint64_t* theirs;
   uint8_t* landing;
+  uint64_t base;
 };
 
 /// Which LL packet format a ping-pong uses.
@@ -41,9 +43,11 @@ void launchPacketPingPong(PacketFormat format, MemoryChannelDeviceHandle ch, Raw
                           PingPongTimes* out, hipStream_t stream);
 
 /// One GPU thread: putWithSignal(landing, 0, bytes) then wait (or the reverse when !first), `iters` times after
-/// `warmup`, then a flush. out->rawNs is left 0 (the floor of this one is host-issued copies).
+/// `warmup`, then a flush. With `floor` (raw.landing set, `src` the local source) the same thread then does the raw
+/// equivalent of the direct path, a one-thread copy into raw.landing and a release-store flag, into out->rawNs;
+/// otherwise out->rawNs is 0.
 void launchPortPingPong(PortChannelDeviceHandle ch, uint64_t bytes, uint64_t landing, bool first, int warmup, int iters,
-                        PingPongTimes* out, hipStream_t stream);
+                        bool floor, RawPeer raw, const uint8_t* src, PingPongTimes* out, hipStream_t stream);
 
 /// One GPU thread: `iters` puts of `bytes` into the peer at `landing`, then one flush.
 void launchPortPutStream(PortChannelDeviceHandle ch, uint64_t bytes, uint64_t landing, int iters, hipStream_t stream);

@@ -448,7 +448,7 @@ class FileParser {
   }
 
   void parseProxy(const toml::table& table) {
-    checkKeys(table, "proxy.", {"threads", "pin_numa"});
+    checkKeys(table, "proxy.", {"threads", "pin_numa", "direct_max_bytes"});
     if (const toml::node* n = table.get("threads")) {
       int64_t threads = intOf(*n, "proxy.threads");
       if (threads < 1 || threads > kMaxProxyThreads) {
@@ -461,6 +461,14 @@ class FileParser {
       const auto* b = n->as_boolean();
       if (b == nullptr) failType(*n, "proxy.pin_numa", "a boolean");
       config_.proxyPinNuma = b->get();
+    }
+    if (const toml::node* n = table.get("direct_max_bytes")) {
+      const int64_t bytes = intOf(*n, "proxy.direct_max_bytes");
+      if (bytes < 0 || static_cast<uint64_t>(bytes) > kMaxPortDirectBytes) {
+        fail(n->source(), "'proxy.direct_max_bytes' must be in [0, " + std::to_string(kMaxPortDirectBytes) + "], got " +
+                              std::to_string(bytes));
+      }
+      config_.proxyDirectMaxBytes = static_cast<uint64_t>(bytes);
     }
   }
 
@@ -862,6 +870,14 @@ void Config::applyEnvironment(const Environment& env) {
     std::optional<bool> pin = parseParamBool(*value);
     if (!pin) failVariable("WEFT_PROXY_PIN_NUMA", *value, "must be a boolean (1/0, true/false, yes/no, on/off)");
     proxyPinNuma = *pin;
+  }
+  if (std::optional<std::string> value = paramString("WEFT_PROXY_DIRECT_MAX_BYTES", env)) {
+    std::optional<int64_t> bytes = parseParamInt(*value);
+    if (!bytes || *bytes < 0 || static_cast<uint64_t>(*bytes) > kMaxPortDirectBytes) {
+      failVariable("WEFT_PROXY_DIRECT_MAX_BYTES", *value,
+                   "must be an integer in [0, " + std::to_string(kMaxPortDirectBytes) + "]");
+    }
+    proxyDirectMaxBytes = static_cast<uint64_t>(*bytes);
   }
   if (std::optional<std::string> value = paramString("WEFT_NCCL_FALLBACK", env)) ncclFallbackLibrary = *value;
   if (std::optional<std::string> value = paramString("WEFT_NCCL_FORCE_FALLBACK", env)) {

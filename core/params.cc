@@ -67,6 +67,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_PROXY_PIN_NUMA", "bool", "1",
      "Pin proxy threads to the GPU's NUMA node (through hwloc; a GPU with no NUMA node leaves them unpinned). "
      "Overrides [proxy] pin_numa."},
+    {"WEFT_PROXY_DIRECT_MAX_BYTES", "int", "4096",
+     "Largest PortChannel put the calling thread does itself (loads and stores into the peer's mapped memory, over "
+     "cuda_ipc and host) instead of the proxy; 0 sends every request through the proxy. Overrides [proxy] "
+     "direct_max_bytes."},
     {"WEFT_NCCL_FALLBACK", "string", "",
      "Path (or soname) of a real NCCL/RCCL that libweft_nccl.so forwards to what weft does not run natively. "
      "Overrides [nccl] fallback_library."},

@@ -136,6 +136,7 @@ struct ProxyServiceImpl {
   std::deque<std::unique_ptr<Host2DeviceSemaphore>> semaphores;
   std::vector<ChannelInfo> channels;
   std::map<const Connection*, int> threadOfConnection;
+  std::map<const Connection*, PortOrder*> orderOfConnection;  // direct-path order state, on the handle side
   int nextThread = 0;
   std::atomic<uint64_t> channelsVersion{0};  // bumped by each portChannel, so idle threads refresh their copies
 
@@ -152,6 +153,51 @@ struct ProxyServiceImpl {
 
   ~ProxyServiceImpl() {
     if (topology != nullptr) hwloc_topology_destroy(topology);
+    for (auto& [connection, order] : orderOfConnection) {
+      if (options.side == HandleSide::kDevice) {
+        (void)hipFree(order);
+      } else {
+        delete order;
+      }
+    }
+  }
+
+  // The order state of `connection`'s direct path, made at its first channel.
+  PortOrder* orderFor(const Connection* connection) {
+    auto it = orderOfConnection.find(connection);
+    if (it != orderOfConnection.end()) return it->second;
+    PortOrder* order = nullptr;
+    if (options.side == HandleSide::kDevice) {
+      void* p = nullptr;
+      checkGpu(hipMalloc(&p, sizeof(PortOrder)), "hipMalloc of a port channel's order state");
+      order = static_cast<PortOrder*>(p);
+      orderOfConnection.emplace(connection, order);
+      checkGpu(hipMemset(p, 0, sizeof(PortOrder)), "hipMemset of a port channel's order state");
+      checkGpu(hipDeviceSynchronize(), "waiting for the order state's fill (kernels run on non-blocking streams)");
+    } else {
+      order = new PortOrder{};
+      orderOfConnection.emplace(connection, order);
+    }
+    return order;
+  }
+
+  // The direct path of a channel, or a disabled one (order == nullptr) where the connection does not map the peer's
+  // memory, a memory is not on the handle side, or directMaxBytes is 0.
+  PortDirectPath directPath(const Connection& connection, const RegisteredMemory& dst, const RegisteredMemory& src,
+                            const RegisteredMemory& remoteInbound) {
+    PortDirectPath d{};
+    if (options.directMaxBytes == 0 || !connection.mapsPeerMemory()) return d;
+    const MemoryKind side = options.side == HandleSide::kDevice ? MemoryKind::kGpu : MemoryKind::kHost;
+    if (dst.kind() != side || src.kind() != side || remoteInbound.kind() != side) return d;
+    if (dst.data() == nullptr || src.data() == nullptr || remoteInbound.data() == nullptr) return d;
+    d.dst = static_cast<uint8_t*>(dst.data());
+    d.src = static_cast<const uint8_t*>(src.data());
+    d.dstBytes = dst.size();
+    d.srcBytes = src.size();
+    d.peerInbound = static_cast<uint64_t*>(remoteInbound.data());
+    d.maxBytes = options.directMaxBytes;
+    d.order = orderFor(&connection);
+    return d;
   }
 
   void fail(const std::string& where, std::exception_ptr e) {
@@ -336,6 +382,7 @@ ProxyServiceOptions ProxyServiceOptions::fromConfig(const Config& config) {
   ProxyServiceOptions o;
   o.threads = config.proxyThreads;
   o.pinToGpuNumaNode = config.proxyPinNuma;
+  o.directMaxBytes = config.proxyDirectMaxBytes;
   return o;
 }
 
@@ -347,6 +394,11 @@ ProxyService::ProxyService(Communicator& comm, ProxyServiceOptions options)
   if (o.threads < 1 || o.threads > kMaxProxyThreads) {
     throw Error(ErrorCode::kInvalidArgument, "proxy thread count " + std::to_string(o.threads) + " is outside 1.." +
                                                  std::to_string(kMaxProxyThreads));
+  }
+  if (o.directMaxBytes > kMaxPortDirectBytes) {
+    throw Error(ErrorCode::kInvalidArgument, "directMaxBytes " + std::to_string(o.directMaxBytes) +
+                                                 " is above the most one thread should copy, " +
+                                                 std::to_string(kMaxPortDirectBytes));
   }
   if (o.side == HandleSide::kDevice && (!kHasGpuRuntime || gpuDeviceCount() == 0)) o.side = HandleSide::kHost;
   for (int i = 0; i < o.threads; ++i) {
@@ -441,6 +493,7 @@ PortChannel ProxyService::portChannel(SemaphoreId semaphore, MemoryId dst, Memor
   h.semaphore.site.channel = static_cast<int32_t>(id);
   h.channel = id;
   h.reserved = 0;
+  h.direct = impl_->directPath(*conn, m[dst], m[src], sem.remoteInbound());
   return PortChannel(id, semaphore, dst, src, sem.peer(), h);
 }
 

@@ -61,6 +61,11 @@ struct AllReduceRule {
 /// The algorithm names [[collectives.allreduce]] accepts: "oneshot_ll" and "scatter_gather".
 const std::vector<std::string>& allReduceRuleAlgorithms();
 
+/// Default of ProxyServiceOptions::directMaxBytes ([proxy] direct_max_bytes).
+inline constexpr uint64_t kDefaultPortDirectMaxBytes = 4096;
+/// Largest ProxyServiceOptions::directMaxBytes (one thread copying more is slower than the proxy's copy engine).
+inline constexpr uint64_t kMaxPortDirectBytes = uint64_t{16} << 20;
+
 /// The parsed configuration. A value type: copy it freely. Built by defaults(), parse(), fromFile() or load().
 struct Config {
   /// [plugins] path: directories searched for plugins, in order, before the build and install directories.
@@ -77,6 +82,9 @@ struct Config {
   int proxyThreads = 1;
   /// [proxy] pin_numa: pin proxy threads to the GPU's NUMA node.
   bool proxyPinNuma = true;
+  /// [proxy] direct_max_bytes: largest PortChannel put the calling thread does itself where the connection maps the
+  /// peer's memory (ProxyServiceOptions::directMaxBytes); 0 = every request through the proxy.
+  uint64_t proxyDirectMaxBytes = kDefaultPortDirectMaxBytes;
   /// [nccl] fallback_library: path (or soname) of a real NCCL/RCCL that libweft_nccl.so forwards to what weft does not
   /// run natively; empty = no fallback (such calls fail with ncclInvalidUsage).
   std::string ncclFallbackLibrary;
@@ -112,6 +120,7 @@ struct Config {
 
   /// Overrides single keys from the process environment: WEFT_PLUGIN_PATH (prepended), WEFT_TRANSPORTS_<CLASS>,
   /// WEFT_BOOTSTRAP_TIMEOUT_MS, WEFT_BOOTSTRAP_INTERFACE, WEFT_PROXY_THREADS, WEFT_PROXY_PIN_NUMA,
+  /// WEFT_PROXY_DIRECT_MAX_BYTES,
   /// WEFT_NCCL_FALLBACK, WEFT_NCCL_FORCE_FALLBACK, WEFT_TRANSPORT_<NAME>_<KEY>, WEFT_LOG_LEVEL,
   /// WEFT_LOG_SUBSYS. Throws Error(kConfigError) naming the variable when one is malformed; `*this` may then be
   /// partly updated.

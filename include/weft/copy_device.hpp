@@ -23,12 +23,12 @@ WEFT_HOST_DEVICE_INLINE void copyStrided(U* dst, const U* src, uint64_t count, u
   for (uint64_t i = threadId; i < count; i += numThreads) dst[i] = src[i];
 }
 
-/// copyStrided for the aligned middle of a copy: each thread loads four elements before it stores any. The compiler
-/// may not move a load above a store that could alias it, so the plain loop keeps one load in flight per thread.
-template <class U>
+/// copyStrided for the aligned middle of a copy: each thread loads kUnroll elements before it stores any. The
+/// compiler may not move a load above a store that could alias it, so the plain loop keeps one load in flight per
+/// thread.
+template <class U, uint32_t kUnroll = 4>
 WEFT_HOST_DEVICE_INLINE void copyStridedUnrolled(U* dst, const U* src, uint64_t count, uint32_t threadId,
                                                  uint32_t numThreads) {
-  constexpr uint32_t kUnroll = 4;
   const uint64_t n = numThreads;
   uint64_t i = threadId;
   for (; i + (kUnroll - 1) * n < count; i += kUnroll * n) {
@@ -41,7 +41,7 @@ WEFT_HOST_DEVICE_INLINE void copyStridedUnrolled(U* dst, const U* src, uint64_t 
 
 /// Copies bytes with accesses of U for the part of the range where dst is U-aligned (src is too: the caller
 /// checked that both have the same remainder modulo sizeof(U)), single bytes for the head and tail around it.
-template <class U>
+template <class U, uint32_t kUnroll = 4>
 WEFT_HOST_DEVICE_INLINE void copyWithUnit(uint8_t* dst, const uint8_t* src, uint64_t bytes, uint32_t threadId,
                                           uint32_t numThreads) {
   constexpr uint64_t kUnit = sizeof(U);
@@ -51,8 +51,8 @@ WEFT_HOST_DEVICE_INLINE void copyWithUnit(uint8_t* dst, const uint8_t* src, uint
   const uint64_t units = (bytes - head) / kUnit;
   const uint64_t tailStart = head + units * kUnit;
   copyStrided(dst, src, head, threadId, numThreads);
-  copyStridedUnrolled(reinterpret_cast<U*>(dst + head), reinterpret_cast<const U*>(src + head), units, threadId,
-                      numThreads);
+  copyStridedUnrolled<U, kUnroll>(reinterpret_cast<U*>(dst + head), reinterpret_cast<const U*>(src + head), units,
+                                  threadId, numThreads);
   copyStrided(dst + tailStart, src + tailStart, bytes - tailStart, threadId, numThreads);
 }
 
@@ -80,6 +80,17 @@ WEFT_HOST_DEVICE_INLINE void copyCooperative(void* dst, const void* src, uint64_
     detail::copyWithUnit<uint16_t>(d, s, bytes, threadId, numThreads);
   } else {
     detail::copyStrided(d, s, bytes, threadId, numThreads);
+  }
+}
+
+/// copyCooperative for a single thread (a PortChannel put that skips the proxy): sixteen 16-byte loads in flight
+/// instead of four, since one thread's copy is bound by load latency, not bandwidth.
+WEFT_HOST_DEVICE_INLINE void copyByOneThread(void* dst, const void* src, uint64_t bytes) {
+  const uintptr_t diff = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
+  if ((diff & 15u) == 0 && bytes != 0) {
+    detail::copyWithUnit<Bytes16, 16>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes, 0, 1);
+  } else {
+    copyCooperative(dst, src, bytes, 0, 1);
   }
 }
 

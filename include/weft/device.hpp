@@ -96,6 +96,22 @@ WEFT_HOST_DEVICE_INLINE T atomicFetchAdd(T* p, T v) {
 #endif
 }
 
+/// Atomically replaces *p with max(*p, v) and returns the previous value (unsigned and signed integers).
+template <MemoryOrder O, Scope S = Scope::kSystem, class T>
+WEFT_HOST_DEVICE_INLINE T atomicFetchMax(T* p, T v) {
+#if defined(WEFT_DEVICE_COMPILE) && defined(WEFT_COMPILER_CUDA)
+  return cuda::atomic_ref<T, detail::kCudaScope<S>>(*p).fetch_max(v, detail::kCudaOrder<O>);
+#elif defined(WEFT_DEVICE_COMPILE)
+  return __hip_atomic_fetch_max(p, v, detail::kGccOrder<O>, detail::kHipScope<S>);
+#else
+  std::atomic_ref<T> a(*p);
+  T seen = a.load(std::memory_order_relaxed);
+  while (seen < v && !a.compare_exchange_weak(seen, v, detail::kStdOrder<O>, std::memory_order_relaxed)) {
+  }
+  return seen;
+#endif
+}
+
 /// Atomically replaces *p with v and returns the previous value.
 template <MemoryOrder O, Scope S = Scope::kSystem, class T>
 WEFT_HOST_DEVICE_INLINE T atomicExchange(T* p, T v) {

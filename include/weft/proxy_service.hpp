@@ -41,11 +41,16 @@ struct ProxyServiceOptions {
   /// Proxy handler plugins to load: a path (containing '/') or a name, found as libweft-proxy-<name>.so on the plugin
   /// search path (the config's [plugins] path, WEFT_PLUGIN_PATH, the build and install directories).
   std::vector<std::string> handlerPlugins;
+  /// Largest put a channel's calling thread does itself, with loads and stores into the peer's memory, where the
+  /// connection maps it and the memories are on the handle side (GPU memory for GPU threads, host memory for host
+  /// threads): see PortDirectPath in port_channel_device.hpp. 0 sends every request through the proxy.
+  uint64_t directMaxBytes = kDefaultPortDirectMaxBytes;
   /// Pin each proxy thread to the NUMA node of the current GPU (through hwloc). A GPU that reports no NUMA node
   /// (-1, as in many VMs), or no GPU at all, leaves the threads unpinned; that is logged once.
   bool pinToGpuNumaNode = true;
 
-  /// The defaults with what the config sets: [proxy] threads and pin_numa (and their WEFT_PROXY_* variables, once
+  /// The defaults with what the config sets: [proxy] threads, pin_numa and direct_max_bytes (and their WEFT_PROXY_*
+  /// variables, once
   /// Config::load applied them).
   static ProxyServiceOptions fromConfig(const Config& config);
 };

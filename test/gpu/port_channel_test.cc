@@ -1,6 +1,7 @@
 // PortChannel driven by GPU kernels: the FIFO, the proxy and Host2DeviceSemaphore on the GPU path.
 // - Over cuda_ipc on GPU memory (the copy engine moves the data, a signal kernel adds to the peer's counter in GPU
-//   memory): every device-handle method, between rank pairs of 2 and 4 forked ranks and of 2 and 4 threads.
+//   memory): every device-handle method, between rank pairs of 2 and 4 forked ranks and of 2 and 4 threads; 1 KB
+//   requests done by the kernel's thread itself (the direct path), and the same through the proxy with it off.
 // - Over the host transport on host buffers (semaphore counters the GPU reads through mapped host memory).
 // - The timeout path: a kernel waiting for a signal that never comes traps with a record naming the channel wait.
 // Tests that fork come first: the parent must not initialise the GPU runtime before forking.
@@ -62,10 +63,21 @@ bool libfabricPluginBuilt() { return std::filesystem::exists(WEFT_PLUGIN_BUILD_D
 constexpr uint64_t kPortBytes = (64 << 10) + 5;  // odd: the copy engine sees unaligned sizes
 constexpr int kPortRounds = 20;
 
+// What one exercise moves and which path it takes: puts above directMaxBytes go through the proxy, and so does what
+// follows them until a flush (the atomicAdd and signal after the round's flush then go direct); `allDirect` expects
+// no request at all in the proxy's hands.
+struct PortExercise {
+  uint64_t bytes = kPortBytes;
+  uint64_t directMaxBytes = kDefaultPortDirectMaxBytes;
+  bool allDirect = false;
+};
+
 // One rank of the exercise: pairs (0,1), (2,3), ...; the kernel drives every channel method. Over cuda_ipc the
 // buffer is GPU memory; over libfabric it is pinned host memory the kernel reaches through its mapping (a provider
 // without FI_HMEM cannot write into GPU memory).
-void portExerciseRank(int rank, int size, const UniqueId& id, const Config& config = ipcConfig()) {
+void portExerciseRank(int rank, int size, const UniqueId& id, const Config& config = ipcConfig(),
+                      PortExercise exercise = {}) {
+  const uint64_t bytes = exercise.bytes;
   checkGpu(hipSetDevice(0), "hipSetDevice");
   Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), config);
   const std::string transport = config.transports.at(PeerClass::kSameHost).front();
@@ -75,8 +87,9 @@ void portExerciseRank(int rank, int size, const UniqueId& id, const Config& conf
   ProxyServiceOptions o;
   o.side = HandleSide::kDevice;
   o.budgetNs = 20'000 * kMs;
+  o.directMaxBytes = exercise.directMaxBytes;
   ProxyService proxy(comm, o);
-  const uint64_t dataBytes = portDataBytes(kPortBytes);
+  const uint64_t dataBytes = portDataBytes(bytes);
   void* data = nullptr;
   void* check = nullptr;
   if (hostData) {
@@ -84,10 +97,12 @@ void portExerciseRank(int rank, int size, const UniqueId& id, const Config& conf
   } else {
     checkGpu(hipMalloc(&data, dataBytes), "hipMalloc");
     checkGpu(hipMemset(data, 0, dataBytes), "hipMemset");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   }
   if (hostData) std::memset(data, 0, dataBytes);
   checkGpu(hipMalloc(&check, sizeof(PortCheck)), "hipMalloc");
   checkGpu(hipMemset(check, 0, sizeof(PortCheck)), "hipMemset");
+  checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
   {
     RegisteredMemory local = comm.registerMemory(data, dataBytes, hostData ? MemoryKind::kHost : MemoryKind::kGpu);
     comm.sendMemory(local, peer, 1);
@@ -101,13 +116,17 @@ void portExerciseRank(int rank, int size, const UniqueId& id, const Config& conf
     hipStream_t stream = nullptr;
     checkGpu(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking), "hipStreamCreateWithFlags");
     comm.bootstrap().barrier();
-    launchPortExercise(channel.deviceHandle(), static_cast<uint8_t*>(data), kPortBytes, role, kPortRounds, 256,
+    launchPortExercise(channel.deviceHandle(), static_cast<uint8_t*>(data), bytes, role, kPortRounds, 256,
                        static_cast<PortCheck*>(check), stream);
     const hipError_t e = hipStreamSynchronize(stream);
     EXPECT_FALSE(proxy.errors().hasError()) << proxy.errors().describe();
     proxy.checkError();
     checkGpu(e, "port exercise kernel");
     (void)hipStreamDestroy(stream);
+    // Every rank's kernel is done before any rank copies back: with ranks as threads of one process, a blocking
+    // copy that a tool makes device-wide (compute-sanitizer does) would otherwise hold up the proxies' copies that
+    // the other pairs' kernels wait on (seen under memcheck and racecheck: a fifo sync ran out of its budget).
+    comm.bootstrap().barrier();
     PortCheck c{};
     checkGpu(hipMemcpy(&c, check, sizeof(c), hipMemcpyDeviceToHost), "hipMemcpy");
     EXPECT_EQ(c.putWrong, 0u);
@@ -116,18 +135,23 @@ void portExerciseRank(int rank, int size, const UniqueId& id, const Config& conf
     EXPECT_EQ(c.counterWrong, 0u);
     EXPECT_EQ(c.pollAfterAll, 0u);
     EXPECT_EQ(c.rounds, static_cast<uint64_t>(kPortRounds));
+    if (exercise.allDirect) {
+      EXPECT_EQ(proxy.finishedRequests(), 0u) << "every request should have been done by the kernel's thread";
+    } else {
+      EXPECT_GT(proxy.finishedRequests(), 0u) << "the puts should have gone through the proxy";
+    }
     // The host's own look at the last round's landing slices and the counter.
     std::vector<uint8_t> arrived(dataBytes);
     checkGpu(hipMemcpy(arrived.data(), data, dataBytes, hipMemcpyDefault), "hipMemcpy");
     uint64_t wrong = 0;
     for (uint64_t slice = 1; slice <= 3; ++slice) {
-      for (uint64_t i = 0; i < kPortBytes; ++i) {
-        wrong += arrived[slice * kPortBytes + i] != portPattern(1 - role, kPortRounds - 1, i);
+      for (uint64_t i = 0; i < bytes; ++i) {
+        wrong += arrived[slice * bytes + i] != portPattern(1 - role, kPortRounds - 1, i);
       }
     }
     EXPECT_EQ(wrong, 0u);
     uint64_t counter = 0;
-    std::memcpy(&counter, arrived.data() + portCounterOffset(kPortBytes), sizeof(counter));
+    std::memcpy(&counter, arrived.data() + portCounterOffset(bytes), sizeof(counter));
     EXPECT_EQ(counter, static_cast<uint64_t>(kPortRounds) * (kPortRounds + 1) / 2);
     comm.bootstrap().barrier();  // the peer is done with this rank's memory
     proxy.stop();
@@ -153,6 +177,33 @@ TEST(PortChannelGpu, EveryMethodOverCudaIpcBetweenFourProcesses) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = runRanks(
       4, [&](int rank, int n) { portExerciseRank(rank, n, id); }, std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// 1 KB requests where cuda_ipc maps the peer's memory: the kernel's thread does every one itself (stores into the
+// peer's buffer, atomic adds into its counter and destination) and the proxy sees none.
+TEST(PortChannelGpu, SmallRequestsTakeTheDirectPathOverCudaIpcBetweenTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_port_channel_test covers host threads";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      2,
+      [&](int rank, int n) {
+        portExerciseRank(rank, n, id, ipcConfig(), {1024, 4096, true});
+      },
+      std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// The same 1 KB exercise with the direct path off: everything through the proxy.
+TEST(PortChannelGpu, SmallRequestsThroughTheProxyWhenTheDirectPathIsOff) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_port_channel_test covers host threads";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = runRanks(
+      2,
+      [&](int rank, int n) {
+        portExerciseRank(rank, n, id, ipcConfig(), {1024, 0, false});
+      },
+      std::chrono::seconds(120));
   WEFT_EXPECT_RANKS_OK(results);
 }
 

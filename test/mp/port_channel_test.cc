@@ -1,7 +1,8 @@
 // PortChannel through the FIFO and a ProxyService over the host transport, between real processes, driven by host
 // threads (the same device-handle code kernels run): data verified after put/signal/wait, flushes, atomicAdd,
 // several producer threads and proxy threads, the trigger_stats plugin's counts, a bad request stopping the proxy
-// with an error that names it, and a wait that times out naming the waiter.
+// with an error that names it, and a wait that times out naming the waiter. The direct path (small requests done by
+// the calling thread through the host transport's mapping of the peer's memory) alone and mixed with the proxy's.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -63,12 +64,14 @@ struct Side {
   }
 };
 
-ProxyServiceOptions hostSide(int threads = 1, uint64_t budgetNs = 5000 * kMs) {
+// Host-thread handles; the direct path off unless asked for, so the proxy's own path is what these tests exercise.
+ProxyServiceOptions hostSide(int threads = 1, uint64_t budgetNs = 5000 * kMs, uint64_t directMaxBytes = 0) {
   ProxyServiceOptions o;
   o.side = HandleSide::kHost;
   o.threads = threads;
   o.budgetNs = budgetNs;
   o.fifoSize = 64;
+  o.directMaxBytes = directMaxBytes;
   return o;
 }
 
@@ -101,12 +104,17 @@ TEST(PortChannelTest, PutWithSignalDeliversVerifiedDataBothWays) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
-TEST(PortChannelTest, PutWithSignalAndFlushLetsTheSourceBeReusedAtOnce) {
+class PortChannelPathTest : public ::testing::TestWithParam<uint64_t> {};  // the direct_max_bytes to run with
+
+INSTANTIATE_TEST_SUITE_P(ProxyAndDirect, PortChannelPathTest, ::testing::Values(0, 4096),
+                         [](const auto& info) { return info.param == 0 ? "ThroughTheProxy" : "Direct"; });
+
+TEST_P(PortChannelPathTest, PutWithSignalAndFlushLetsTheSourceBeReusedAtOnce) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   constexpr uint64_t kBytes = 4096;
   constexpr int kRounds = 200;
   auto results = test::runRanks(2, [&](int rank, int) {
-    Side s(rank, id, kBytes * kRounds, 1, hostSide());
+    Side s(rank, id, kBytes * kRounds, 1, hostSide(1, 5000 * kMs, GetParam()));
     const PortChannelDeviceHandle ch = s.channels[0].deviceHandle();
     if (rank == 0) {
       for (int r = 0; r < kRounds; ++r) {
@@ -122,6 +130,8 @@ TEST(PortChannelTest, PutWithSignalAndFlushLetsTheSourceBeReusedAtOnce) {
       }
       EXPECT_EQ(wrong, 0u);
     }
+    // The direct path leaves the proxy idle; without it, each round is one trigger.
+    EXPECT_EQ(s.proxy.finishedRequests(), rank == 0 && GetParam() == 0 ? uint64_t{kRounds} : 0u);
     s.comm.bootstrap().barrier();
     s.proxy.checkError();
   });
@@ -130,14 +140,14 @@ TEST(PortChannelTest, PutWithSignalAndFlushLetsTheSourceBeReusedAtOnce) {
 
 // Many producer threads on two channels served by two proxy threads; each thread puts its own slice and the
 // atomicAdds and signals are counted exactly.
-TEST(PortChannelTest, ManyProducerThreadsAndProxyThreadsCountExactly) {
+TEST_P(PortChannelPathTest, ManyProducerThreadsAndProxyThreadsCountExactly) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   constexpr int kThreads = 4;
   constexpr int kPerThread = 300;
   constexpr uint64_t kSlice = 256;
   constexpr uint64_t kBytes = 64 + kSlice * kThreads * kPerThread;
   auto results = test::runRanks(2, [&](int rank, int) {
-    Side s(rank, id, kBytes, 2, hostSide(2));
+    Side s(rank, id, kBytes, 2, hostSide(2, 5000 * kMs, GetParam()));
     for (uint64_t i = 0; i < kBytes; ++i) s.src[i] = pattern(rank, i);
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
@@ -164,6 +174,55 @@ TEST(PortChannelTest, ManyProducerThreadsAndProxyThreadsCountExactly) {
     for (uint64_t i = 64; i < kBytes; ++i) wrong += s.dst[i] != pattern(1 - rank, i);
     EXPECT_EQ(wrong, 0u);
     EXPECT_EQ(s.proxy.threads(), 2);
+    s.proxy.checkError();
+    s.comm.bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// Requests behind one that is still in the proxy's hands go through the proxy too, in FIFO order, until a flush:
+// a small put after a large one, and the signal after both, arrive after the large put's data; after the flush the
+// next small requests are direct again. The proxy's request count tells which path each took.
+TEST(PortChannelTest, DirectRequestsWaitBehindProxiedOnesUntilAFlush) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  constexpr uint64_t kLarge = 256 << 10;
+  constexpr uint64_t kSmall = 1024;
+  constexpr uint64_t kBytes = kLarge + 4 * kSmall;
+  constexpr int kRounds = 20;
+  auto results = test::runRanks(2, [&](int rank, int) {
+    Side s(rank, id, kBytes, 1, hostSide(1, 5000 * kMs, 4096));
+    const PortChannelDeviceHandle ch = s.channels[0].deviceHandle();
+    EXPECT_TRUE(ch.inOrderForDirect());
+    auto check = [&](uint64_t from, uint64_t to, int round) {
+      uint64_t wrong = 0;
+      for (uint64_t i = from; i < to; ++i) wrong += s.dst[i] != static_cast<uint8_t>(pattern(1 - rank, i) + round);
+      EXPECT_EQ(wrong, 0u) << "bytes " << from << ".." << to << " of round " << round;
+    };
+    uint64_t proxied = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      for (uint64_t i = 0; i < kBytes; ++i) s.src[i] = static_cast<uint8_t>(pattern(rank, i) + round);
+      ch.put(0, 0, kLarge);                 // proxy: above direct_max_bytes
+      EXPECT_FALSE(ch.inOrderForDirect());  // ... and still in its hands
+      ch.put(kLarge, kLarge, kSmall);       // proxy: behind the large one
+      ch.signal();                          // proxy
+      ch.wait();
+      check(0, kLarge + kSmall, round);
+      ch.flush();  // proxy; afterwards nothing is pending
+      EXPECT_TRUE(ch.inOrderForDirect());
+      proxied += 4;
+      ch.putWithSignal(kLarge + kSmall, kLarge + kSmall, kSmall);  // direct
+      ch.wait();
+      check(kLarge + kSmall, kLarge + 2 * kSmall, round);
+      ch.atomicAdd(kLarge + 3 * kSmall, 1);  // direct, ordered before the direct signal
+      ch.signal();
+      ch.wait();
+      EXPECT_EQ(atomicLoad<MemoryOrder::kAcquire>(reinterpret_cast<uint64_t*>(s.dst + kLarge + 3 * kSmall)),
+                static_cast<uint64_t>(round + 1));
+      ch.flush();                    // a fence: nothing in the proxy's hands
+      s.comm.bootstrap().barrier();  // the peer has checked this round before the source changes
+    }
+    EXPECT_EQ(s.proxy.finishedRequests(), proxied);
+    EXPECT_FALSE(ch.poll());
     s.proxy.checkError();
     s.comm.bootstrap().barrier();
   });

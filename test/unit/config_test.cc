@@ -330,6 +330,19 @@ TEST(ConfigTest, ProxySection) {
               Config::defaults().applyEnvironment({{"WEFT_PROXY_PIN_NUMA", "2"}});
             }),
             "WEFT_PROXY_PIN_NUMA='2': must be a boolean (1/0, true/false, yes/no, on/off)");
+  EXPECT_EQ(d.proxyDirectMaxBytes, kDefaultPortDirectMaxBytes);
+  EXPECT_EQ(Config::parse("[proxy]\ndirect_max_bytes = 0\n", "p.toml").proxyDirectMaxBytes, 0u);
+  EXPECT_EQ(Config::parse("[proxy]\ndirect_max_bytes = 65536\n", "p.toml").proxyDirectMaxBytes, 65536u);
+  EXPECT_EQ(configError([] { Config::parse("[proxy]\ndirect_max_bytes = -1\n", "p.toml"); }),
+            "p.toml:2:20: 'proxy.direct_max_bytes' must be in [0, 16777216], got -1");
+  EXPECT_EQ(configError([] { Config::parse("[proxy]\ndirect_max_bytes = 16777217\n", "p.toml"); }),
+            "p.toml:2:20: 'proxy.direct_max_bytes' must be in [0, 16777216], got 16777217");
+  c.applyEnvironment({{"WEFT_PROXY_DIRECT_MAX_BYTES", "0"}});
+  EXPECT_EQ(c.proxyDirectMaxBytes, 0u);
+  EXPECT_EQ(configError([] {
+              Config::defaults().applyEnvironment({{"WEFT_PROXY_DIRECT_MAX_BYTES", "4k"}});
+            }),
+            "WEFT_PROXY_DIRECT_MAX_BYTES='4k': must be an integer in [0, 16777216]");
 }
 
 TEST(ConfigTest, EnvironmentOverridesSingleKeys) {

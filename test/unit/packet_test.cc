@@ -206,6 +206,25 @@ TEST(CooperativeCopyTest, OddSizesOffsetsAndThreadCounts) {
   }
 }
 
+// The one-thread copy (sixteen loads in flight) over sizes around its 256-byte step and every offset pairing.
+TEST(CooperativeCopyTest, OneThreadCopyOddSizesAndOffsets) {
+  for (uint64_t bytes : {0ull, 1ull, 15ull, 16ull, 255ull, 256ull, 257ull, 511ull, 1024ull, 4096ull, 4097ull}) {
+    for (uint64_t srcOff = 0; srcOff < 32; srcOff += 7) {
+      for (uint64_t dstOff = 0; dstOff < 32; dstOff += 5) {
+        alignas(16) static uint8_t src[4097 + 64];
+        alignas(16) static uint8_t dst[4097 + 64];
+        for (uint64_t i = 0; i < sizeof(src); ++i) src[i] = patternByte(i, static_cast<uint32_t>(bytes));
+        std::memset(dst, 0xee, sizeof(dst));
+        copyByOneThread(dst + dstOff, src + srcOff, bytes);
+        ASSERT_EQ(std::memcmp(dst + dstOff, src + srcOff, bytes), 0)
+            << "bytes " << bytes << " src+" << srcOff << " dst+" << dstOff;
+        for (uint64_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xee);
+        for (uint64_t i = dstOff + bytes; i < sizeof(dst); ++i) ASSERT_EQ(dst[i], 0xee) << "byte " << i;
+      }
+    }
+  }
+}
+
 TEST(CooperativeCopyTest, RealThreadsCopyALargeUnalignedRange) {
   const uint64_t bytes = (3u << 20) + 13;
   std::vector<uint8_t> src(bytes + 32), dst(bytes + 32, 0);

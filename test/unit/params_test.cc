@@ -63,6 +63,7 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_WAIT_TIMEOUT_MS",
                                           "WEFT_PROXY_THREADS",
                                           "WEFT_PROXY_PIN_NUMA",
+                                          "WEFT_PROXY_DIRECT_MAX_BYTES",
                                           "WEFT_NCCL_FALLBACK",
                                           "WEFT_NCCL_FORCE_FALLBACK",
                                           "WEFT_ALLREDUCE_ALGO",

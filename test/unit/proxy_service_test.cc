@@ -72,10 +72,10 @@ TEST(PortRequestEncoding, DeviceHandlePushesWideRequestsAsAdjacentPairs) {
   PortChannelDeviceHandle h{};
   h.fifo = fifo.deviceHandle(100 * kMs);
   h.channel = 42;
-  EXPECT_EQ(h.put(16, 32, 1024), 0u);
-  EXPECT_EQ(h.putWithSignal(6 * kGiB, 5 * kGiB, 4 * kGiB + 8), 2u);  // positions 1 and 2
-  EXPECT_EQ(h.atomicAdd(9 * kGiB, 5), 4u);
-  EXPECT_EQ(h.signal(), 5u);
+  h.put(16, 32, 1024);                                // position 0 (no direct path: every request is pushed)
+  h.putWithSignal(6 * kGiB, 5 * kGiB, 4 * kGiB + 8);  // positions 1 and 2
+  h.atomicAdd(9 * kGiB, 5);                           // 3 and 4
+  EXPECT_EQ(h.request(kPortSignal, 0, 0, 0), 5u);
   const PortRequest want[] = {{kPortPut, 42, 16, 32, 1024},
                               {kPortPut | kPortSignal, 42, 6 * kGiB, 5 * kGiB, 4 * kGiB + 8},
                               {kPortAtomicAdd, 42, 9 * kGiB, 0, 5},
@@ -127,17 +127,22 @@ TEST(ProxyServiceTest, BadOptionsAreRefused) {
   o.threads = 1;
   o.fifoSize = 0;
   EXPECT_EQ(codeOf([&] { ProxyService p(comm, o); }), ErrorCode::kInvalidArgument);
+  o.fifoSize = kDefaultFifoSize;
+  o.directMaxBytes = kMaxPortDirectBytes + 1;
+  EXPECT_EQ(codeOf([&] { ProxyService p(comm, o); }), ErrorCode::kInvalidArgument);
 }
 
-// [proxy] threads and pin_numa reach a ProxyService built from the communicator's config.
+// [proxy] threads, pin_numa and direct_max_bytes reach a ProxyService built from the communicator's config.
 TEST(ProxyServiceTest, ThreadCountComesFromTheConfig) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   Config config = hostOnlyConfig();
-  config.applyEnvironment({{"WEFT_PROXY_THREADS", "3"}, {"WEFT_PROXY_PIN_NUMA", "off"}});
+  config.applyEnvironment(
+      {{"WEFT_PROXY_THREADS", "3"}, {"WEFT_PROXY_PIN_NUMA", "off"}, {"WEFT_PROXY_DIRECT_MAX_BYTES", "512"}});
   Communicator comm(std::make_shared<TcpBootstrap>(0, 1, id, std::chrono::milliseconds(5000)), config);
   const ProxyServiceOptions o = ProxyServiceOptions::fromConfig(comm.config());
   EXPECT_EQ(o.threads, 3);
   EXPECT_FALSE(o.pinToGpuNumaNode);
+  EXPECT_EQ(o.directMaxBytes, 512u);
   ProxyService proxy(comm);
   EXPECT_EQ(proxy.threads(), 3);
   proxy.start();
