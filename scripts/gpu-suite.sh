@@ -37,13 +37,16 @@ if want sanitize && command -v compute-sanitizer >/dev/null; then
   for t in ${SANITIZE_TESTS:-"$build"/bin/gpu_*}; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
-    # Timeout-path tests trap on purpose; the sanitizers check the data paths. API errors are not counted: the
+    # Timeout-path tests trap on purpose; the sanitizers check the data paths. PortChannel with ranks as threads of
+    # one process is left out: under the tools the proxy's copy/signal kernels sometimes do not start beside the
+    # kernels spinning on them in the same process (memcheck and racecheck on the H200, 2026-12-04; never without
+    # a tool), and the same methods run under the tools between processes. API errors are not counted: the
     # cuda_ipc plugin probes allocations (cuMemRetainAllocationHandle fails on cudaMalloc memory) on purpose, and
     # every API result is checked by the code under test anyway.
     step "memcheck-$name" timeout 240 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$t" \
-      --gtest_filter=-*Timeout*:*Trap*
+      --gtest_filter=-*Timeout*:*Trap*:PortChannelGpu.*Threads*
     step "racecheck-$name" timeout 240 compute-sanitizer --tool racecheck --error-exitcode 1 "$t" \
-      --gtest_filter=-*Timeout*:*Trap*
+      --gtest_filter=-*Timeout*:*Trap*:PortChannelGpu.*Threads*
   done
 fi
 for n in 2 4; do
