@@ -174,6 +174,7 @@ class CollectiveCommImpl {
       if (rule.ranks == 0 || rule.ranks == size_) rules_.push_back({rule.maxBytes, ruleAlgorithm(rule.algorithm)});
     }
     gpuBlocks_ = resolveGpuBlocks();
+    oneShotBlocks_ = resolveOneShotBlocks();
     // The block-pair algorithms pair block b of every rank: every rank runs the smallest grid (team) any asks for.
     // Every rank must also pick the same allreduce algorithm for a size, or each waits for packets (or syncs) the
     // others never send: the selection's fingerprint travels along and a mismatch fails every rank alike.
@@ -450,7 +451,7 @@ class CollectiveCommImpl {
       checkError();
       hipError_t e = hipSuccess;
       try {
-        e = launchAllReduceOneShot(a, type, hostThreads_, stream);
+        e = launchAllReduceOneShot(a, type, oneShotBlocks_, hostThreads_, stream);
       } catch (const Error& error) {
         throw Error(error.code(), std::string(what) + ": " + error.message());
       }
@@ -475,7 +476,7 @@ class CollectiveCommImpl {
     checkError();
     hipError_t e = hipSuccess;
     try {
-      e = launchAllGatherOneShot(a, bytes, hostThreads_, stream);
+      e = launchAllGatherOneShot(a, bytes, oneShotBlocks_, hostThreads_, stream);
     } catch (const Error& error) {
       throw Error(error.code(), std::string("allgather: ") + error.message());
     }
@@ -581,6 +582,32 @@ class CollectiveCommImpl {
 #else
     return static_cast<uint32_t>(want == 0 ? 1 : want);
 #endif
+  }
+
+  // Most blocks of a one-shot launch: WEFT_COLL_ONESHOT_BLOCKS, or kOneShotMaxBlocks when 0. Every block must be
+  // resident beside the other ranks' on a shared GPU (blocks spin on packets peers' blocks write), hence the cap by
+  // what the GPU holds: on the H200 one block of the one-shot kernel per SM, so 4 ranks get 33 each, not 64. Ranks
+  // may differ: the one-shot kernels have no grid barrier and pair no blocks across ranks.
+  uint32_t resolveOneShotBlocks() const {
+    int64_t want = paramInt("WEFT_COLL_ONESHOT_BLOCKS");
+    if (want < 0 || want > static_cast<int64_t>(kGpuMaxBlocks)) {
+      throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: WEFT_COLL_ONESHOT_BLOCKS " + std::to_string(want) +
+                                                   " outside [0, " + std::to_string(kGpuMaxBlocks) + "]");
+    }
+    const bool asked = want != 0;
+    if (!asked) want = kOneShotMaxBlocks;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    const uint32_t limit = oneShotGridBlocks(ranksOnGpu_);
+    if (!asked) return static_cast<uint32_t>(std::min<int64_t>(want, limit));
+    if (want > static_cast<int64_t>(limit)) {
+      logWarn(LogSubsys::kColl,
+              "collectives: rank {}: {} one-shot blocks asked for, {} used: what this GPU holds resident of the "
+              "one-shot kernel, divided among the {} ranks sharing it",
+              rank_, want, limit, ranksOnGpu_);
+      return limit;
+    }
+#endif
+    return static_cast<uint32_t>(want);
   }
 
   // The scratch allocation: the staging regions, then the block-pair flags (kMaxPairBlocks rows of one flag per
@@ -751,9 +778,10 @@ class CollectiveCommImpl {
     AllReduceAlgorithm algorithm;
   };
   std::vector<Rule> rules_;
-  uint32_t gpuBlocks_ = 1;    // grid of the staged kernels (GPU builds), the same on every rank
-  uint32_t hostThreads_ = 1;  // workers of a host team (host builds), the same on every rank
-  uint32_t ranksOnGpu_ = 1;   // ranks of this communicator on this rank's GPU, itself included
+  uint32_t oneShotBlocks_ = kOneShotMaxBlocks;  // most blocks of a one-shot launch
+  uint32_t gpuBlocks_ = 1;                      // grid of the staged kernels (GPU builds), the same on every rank
+  uint32_t hostThreads_ = 1;                    // workers of a host team (host builds), the same on every rank
+  uint32_t ranksOnGpu_ = 1;                     // ranks of this communicator on this rank's GPU, itself included
   uint64_t oneShotSlotBytes_ = 0;
   std::shared_ptr<void> packets_;
   RegisteredMemory localPackets_;

@@ -153,6 +153,27 @@ uint32_t collectiveGridBlocks(uint32_t ranksOnGpu) {
 #endif
 }
 
+uint32_t oneShotGridBlocks(uint32_t ranksOnGpu) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+  int device = 0;
+  hipDeviceProp_t prop{};
+  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 1;
+  int perSm = blocksPerSm(oneShotGatherKernel);
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    withElementType(static_cast<DataType>(t),
+                    [&](auto element) { perSm = std::min(perSm, blocksPerSm(oneShotKernel<decltype(element)>)); });
+  }
+  uint64_t blocks = static_cast<uint64_t>(prop.multiProcessorCount) * static_cast<uint64_t>(perSm) /
+                    (ranksOnGpu == 0 ? 1 : ranksOnGpu);
+  if (blocks < 1) blocks = 1;
+  if (blocks > kGpuMaxBlocks) blocks = kGpuMaxBlocks;
+  return static_cast<uint32_t>(blocks);
+#else
+  (void)ranksOnGpu;
+  return kGpuMaxBlocks;
+#endif
+}
+
 hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t gpuBlocks, uint32_t hostThreads,
                             hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
@@ -182,13 +203,15 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 #endif
 }
 
-hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t hostThreads, hipStream_t stream) {
+hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t maxBlocks, uint32_t hostThreads,
+                                  hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
+  const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
   const uint64_t packets = packetCount<LL16Packet>(args.count * dataTypeBytes(type));
   const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
   uint64_t blocks = (packets + perBlock - 1) / perBlock;
-  blocks = blocks == 0 ? 1 : (blocks > kOneShotMaxBlocks ? kOneShotMaxBlocks : blocks);
+  blocks = blocks == 0 ? 1 : (blocks > most ? most : blocks);
   withElementType(type, [&](auto element) {
     using T = decltype(element);
     oneShotKernel<T><<<static_cast<uint32_t>(blocks), kOneShotThreads, 0, stream>>>(args);
@@ -196,6 +219,7 @@ hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32
   return hipGetLastError();
 #else
   (void)stream;
+  (void)maxBlocks;
   // The one-shot path never waits in a grid barrier, so no abort flag: a worker whose packet wait runs out
   // throws, and the others run out of their own budgets at about the same time.
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr, [&](const Team<HostBlockSync>& team) {
@@ -205,18 +229,20 @@ hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32
 #endif
 }
 
-hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t hostThreads,
-                                  hipStream_t stream) {
+hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t maxBlocks,
+                                  uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
+  const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
   const uint64_t packets = packetCount<LL16Packet>(args.count);
   const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
   uint64_t blocks = (packets + perBlock - 1) / perBlock;
-  blocks = blocks == 0 ? 1 : (blocks > kOneShotMaxBlocks ? kOneShotMaxBlocks : blocks);
+  blocks = blocks == 0 ? 1 : (blocks > most ? most : blocks);
   oneShotGatherKernel<<<static_cast<uint32_t>(blocks), kOneShotThreads, 0, stream>>>(args, recvStride);
   return hipGetLastError();
 #else
   (void)stream;
+  (void)maxBlocks;
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr,
               [&](const Team<HostBlockSync>& team) { allGatherOneShot(team, args, recvStride); });
   return hipSuccess;

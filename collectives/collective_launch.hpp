@@ -24,9 +24,13 @@ static_assert(kGpuMaxBlocks <= kMaxPairBlocks, "every block of a grid needs its 
 /// budget trapped). Host builds: kGpuMaxBlocks (host teams are capped by CollectiveOptions::hostThreads).
 uint32_t collectiveGridBlocks(uint32_t ranksOnGpu);
 
-/// Threads per block of a one-shot allreduce kernel, the most blocks one gets, and the packets per thread it aims
-/// for: the grid grows with the message (a 1 KB message is one block) up to kOneShotMaxBlocks, few enough that
-/// every block of 4 ranks sharing one GPU is resident at once (a block spins on packets a peer's block writes).
+/// Blocks of a one-shot kernel the current GPU holds resident at once, divided among `ranksOnGpu` ranks (1..256).
+uint32_t oneShotGridBlocks(uint32_t ranksOnGpu);
+
+/// Threads per block of a one-shot allreduce kernel, the most blocks one gets by default, and the packets per thread
+/// it aims for: the grid grows with the message (a 1 KB message is one block) up to kOneShotMaxBlocks, or fewer
+/// where the GPU holds fewer resident beside the other ranks sharing it (a block spins on packets a peer's block
+/// writes; oneShotGridBlocks).
 inline constexpr uint32_t kOneShotThreads = 256;
 inline constexpr uint32_t kOneShotMaxBlocks = 64;
 inline constexpr uint32_t kOneShotPacketsPerThread = 2;
@@ -40,11 +44,13 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 
 /// Runs one one-shot allreduce launch (allReduceOneShot) on elements of `type`: as launchCollective, with a grid
 /// sized by the message (GPU builds) or `hostThreads` workers (host builds).
-hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t hostThreads, hipStream_t stream);
+/// `maxBlocks` (0: kOneShotMaxBlocks) caps the grid.
+hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t maxBlocks, uint32_t hostThreads,
+                                  hipStream_t stream);
 
 /// Runs one one-shot allgather launch (allGatherOneShot): args.count bytes of this rank's input, peers' blocks at
 /// recv + p * recvStride; grid and host workers as launchAllReduceOneShot.
-hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t hostThreads,
-                                  hipStream_t stream);
+hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t maxBlocks,
+                                  uint32_t hostThreads, hipStream_t stream);
 
 }  // namespace weft::detail

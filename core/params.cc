@@ -84,6 +84,9 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_COLL_GPU_BLOCKS", "int", "0",
      "Blocks of each staged collective kernel (1..256) when the code leaves CollectiveOptions::gpuBlocks at 0; 0 sizes "
      "the grid from the GPU (half its resident blocks, divided among the ranks sharing it)."},
+    {"WEFT_COLL_ONESHOT_BLOCKS", "int", "0",
+     "Most blocks of a one-shot LL collective kernel (1..256, capped by what the GPU holds resident beside the other "
+     "ranks sharing it); 0: 64, or fewer where the GPU holds fewer. The grid grows with the message up to this."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},
