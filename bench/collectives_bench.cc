@@ -19,6 +19,7 @@
 #include <weft/error.hpp>
 #include <weft/gpu.hpp>
 #include <weft/reduce_device.hpp>
+#include <weft/shared_host_memory.hpp>
 
 #include "bench_options.hpp"
 #include "nccl_loader.hpp"
@@ -278,20 +279,26 @@ int64_t countWrong(const std::vector<uint8_t>& got, const std::vector<uint8_t>& 
 
 // ---- GPU (or host stand-in) resources ----
 
+// GPU memory, or in builds without a GPU shared host memory (so that -R can register it with the peers).
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(uint64_t bytes) {
-    checkGpu(hipMalloc(&ptr_, bytes), "hipMalloc for weft-bench collectives");
-    checkGpu(hipMemset(ptr_, 0, bytes), "hipMemset for weft-bench collectives");
+  explicit DeviceBuffer(uint64_t bytes) : bytes_(bytes) {
+#if WEFT_COLLECTIVES_BENCH_GPU
+    void* p = nullptr;
+    checkGpu(hipMalloc(&p, bytes), "hipMalloc for weft-bench collectives");
+    ptr_ = std::shared_ptr<void>(p, [](void* q) { (void)hipFree(q); });
+    checkGpu(hipMemset(p, 0, bytes), "hipMemset for weft-bench collectives");
     checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
+#else
+    ptr_ = allocSharedHostMemory(bytes);
+#endif
   }
-  ~DeviceBuffer() { (void)hipFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_.get()); }
+  uint64_t bytes() const { return bytes_; }
 
  private:
-  void* ptr_ = nullptr;
+  std::shared_ptr<void> ptr_;
+  uint64_t bytes_;
 };
 
 class Stream {
@@ -514,6 +521,12 @@ class Runner {
       : boot_(boot), options_(options), a_(capacity), b_(capacity) {}
 
   hipStream_t stream() const { return stream_.get(); }
+
+  // -R: both buffers registered with `coll` (collective), so allreduce can run zero-copy.
+  void registerBuffers(CollectiveComm& coll) {
+    coll.registerBuffer(a_.get(), a_.bytes());
+    coll.registerBuffer(b_.get(), b_.bytes());
+  }
 
   int iterationsFor(uint64_t bytes) const {
     if (options_.iterations > 0) return options_.iterations;
@@ -866,6 +879,9 @@ CLI::App* addCollectivesCommand(CLI::App& app, CollectivesOptions& o) {
   sub->add_option("--vs", o.versus, "also run this library on the same ranks and sizes: nccl");
   sub->add_option("--host-threads", o.hostThreads, "threads per rank that run each operation (WEFT_GPU=none builds)")
       ->capture_default_str();
+  sub->add_option("-R,--registered", o.registered,
+                  "1: register the send and recv buffers with every peer (allreduce then runs zero-copy)")
+      ->capture_default_str();
   sub->add_option("--scratch", o.scratchBytes, "CollectiveComm scratch bytes per rank")
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
@@ -982,8 +998,8 @@ int runCollectivesBench(TcpBootstrap& boot, const CollectivesOptions& options) {
                                                  " is not a rank of " + std::to_string(ranks));
   }
   if (options.iterations < 0 || options.warmup < 0 || options.graphLaunches < 0 ||
-      (options.check != 0 && options.check != 1)) {
-    throw Error(ErrorCode::kInvalidArgument, "weft-bench collectives: -n, -w and -G must be >= 0 and -c 0 or 1");
+      (options.check != 0 && options.check != 1) || (options.registered != 0 && options.registered != 1)) {
+    throw Error(ErrorCode::kInvalidArgument, "weft-bench collectives: -n, -w and -G must be >= 0, -c and -R 0 or 1");
   }
   if (!options.versus.empty() && options.versus != "nccl") {
     throw Error(ErrorCode::kInvalidArgument,
@@ -1021,6 +1037,7 @@ int runCollectivesBench(TcpBootstrap& boot, const CollectivesOptions& options) {
     }
   }
   Runner runner(boot, options, capacity);
+  if (options.registered != 0) runner.registerBuffers(coll);
 
   if (rank == 0) {
     std::printf(

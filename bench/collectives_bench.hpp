@@ -35,6 +35,7 @@ struct CollectivesOptions {
   std::string tunePath;                 ///< "": measure; else time every allreduce algorithm, write the rules here
   uint64_t scratchBytes = 64ull << 20;  ///< CollectiveOptions::scratchBytes
   uint32_t hostThreads = 4;             ///< CollectiveOptions::hostThreads (WEFT_GPU=none builds)
+  int registered = 0;                   ///< -R: 1 registers the send and recv buffers (CollectiveComm::registerBuffer)
 
   /// The message sizes: minBytes, then times stepFactor (or plus stepBytes) up to maxBytes. Error(kInvalidArgument)
   /// for an empty or endless range.

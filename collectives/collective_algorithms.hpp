@@ -64,8 +64,39 @@ struct CollectiveContext {
   /// block b of rank p reached) and its per-block round counters [kMaxPairBlocks], both at the tail of its scratch.
   uint64_t* pairFlags;
   uint64_t* pairRounds;
+  /// Zero-copy allreduce (registered buffers): peer p's registration r is mapped here at regTable[r * size + p]
+  /// (null where r is free); peers write their offers into offers[p] of this rank's scratch, at offersOffset in
+  /// every rank's scratch; `plan` (this rank's, device-local) is what block 0 concluded from them; `offerRound`
+  /// counts this rank's handshakes.
+  uint8_t* const* regTable;
+  uint64_t offersOffset;
+  struct ZeroCopyPlan* plan;
+  uint64_t* offerRound;
   int32_t rank;
   int32_t size;
+};
+
+/// Most registrations (CollectiveComm::registerBuffer) one communicator holds at once.
+inline constexpr uint32_t kMaxRegistrations = 64;
+
+/// What a rank tells its peers about one allreduce: where its send and recv lie among its registrations
+/// (reg < 0: not registered), published with `round` last (release) into the peer's scratch.
+struct ZeroCopyOffer {
+  int64_t sendReg;
+  int64_t recvReg;
+  uint64_t sendOffset;
+  uint64_t recvOffset;
+  uint64_t round;
+  uint64_t reserved[3];
+};
+
+/// Block 0's conclusion from every rank's offer, read by every block after a grid barrier: whether every rank's
+/// buffers are registered, and then each rank's send and recv as mapped here (entries [0, size)).
+struct ZeroCopyPlan {
+  uint64_t allRegistered;
+  uint64_t runs;  ///< allreduces of this rank that ran zero-copy (CollectiveComm::zeroCopyAllReduces)
+  const uint8_t* send[kMaxPairBlocks];
+  uint8_t* recv[kMaxPairBlocks];
 };
 
 /// One send or receive of a group: `bytes` at `buffer`, to or from `peer`.
@@ -86,6 +117,10 @@ struct CollectiveArgs {
   uint64_t count;       ///< elements: per rank for allGather/reduceScatter/allToAll, the whole buffer otherwise
   const uint8_t* send;
   uint8_t* recv;
+  /// allReduce (scatter-gather): 1 when the ranks exchange offers first (the communicator has registrations, so a
+  /// zero-copy run is possible); this rank's offer.
+  uint32_t offers;
+  ZeroCopyOffer offer;
   GroupEntry group[kMaxGroupEntries];
 };
 static_assert(std::is_trivially_copyable_v<CollectiveArgs>);
@@ -336,6 +371,100 @@ WEFT_HOST_DEVICE_INLINE void reduceFromScratch(const TeamT& team, const Collecti
 
 // ---- the collectives --------------------------------------------------------------------------------------------
 
+/// The offer exchange of a scatter-gather allreduce on a communicator with registrations: block 0 publishes this
+/// rank's offer to every peer and waits for every peer's (the peers' kernels have started, so their buffers hold
+/// this call's input and nothing earlier on their streams still uses them), then concludes whether every rank's send
+/// and recv are registered; a grid barrier hands the plan to every block. Returns the plan's verdict, the same on
+/// every rank. Offers are not overwritten before they are read: a rank's next offer to p follows its own next kernel
+/// start, which follows this call's last sync with p, which p passes only after this exchange.
+template <class TeamT>
+WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a) {
+  const CollectiveContext& ctx = a.ctx;
+  ZeroCopyPlan* plan = ctx.plan;
+  if (team.blockId == 0) {
+    const uint64_t round = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(ctx.offerRound) + 1;
+    for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
+      if (p == ctx.rank) continue;
+      auto* to = reinterpret_cast<ZeroCopyOffer*>(ctx.peers[p].scratch + ctx.offersOffset) + ctx.rank;
+      to->sendReg = a.offer.sendReg;
+      to->recvReg = a.offer.recvReg;
+      to->sendOffset = a.offer.sendOffset;
+      to->recvOffset = a.offer.recvOffset;
+      atomicStore<MemoryOrder::kRelease>(&to->round, round);
+    }
+    if (team.threadId == 0) plan->allRegistered = 1;
+    team.blockSync();
+    const auto* offers = reinterpret_cast<const ZeroCopyOffer*>(ctx.peers[ctx.rank].scratch + ctx.offersOffset);
+    for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
+      ZeroCopyOffer o = a.offer;
+      if (p != ctx.rank) {
+        uint64_t seen = 0;
+        if (!spinWaitUntil(
+                [&] {
+                  seen = atomicLoad<MemoryOrder::kAcquire>(&offers[p].round);
+                  return seen >= round;
+                },
+                WaitBudget{ctx.budgetNs})) {
+          reportWaitTimeout(WaitSite{ctx.record, ctx.rank, p, a.kind}, WaitOp::kBarrier, round, seen, ctx.budgetNs);
+        }
+        o = offers[p];
+      }
+      const bool valid =
+          o.sendReg >= 0 && o.sendReg < kMaxRegistrations && o.recvReg >= 0 && o.recvReg < kMaxRegistrations;
+      const uint64_t n = static_cast<uint64_t>(ctx.size);
+      uint8_t* sendBase =
+          valid ? ctx.regTable[static_cast<uint64_t>(o.sendReg) * n + static_cast<uint64_t>(p)] : nullptr;
+      uint8_t* recvBase =
+          valid ? ctx.regTable[static_cast<uint64_t>(o.recvReg) * n + static_cast<uint64_t>(p)] : nullptr;
+      if (sendBase == nullptr || recvBase == nullptr) {
+        atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered, uint64_t{0});
+      } else {
+        plan->send[p] = sendBase + o.sendOffset;
+        plan->recv[p] = recvBase + o.recvOffset;
+      }
+    }
+    team.blockSync();
+    if (team.threadId == 0) {
+      atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(ctx.offerRound, round);
+      if (atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered) != 0) plan->runs += 1;
+    }
+  }
+  gridBarrier(team, ctx, a.kind);
+  return atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered) != 0;
+}
+
+/// allReduce on registered buffers, after exchangeOffers found every rank's send and recv mapped: rank q reduces
+/// share q straight from every rank's send into its own recv; with two ranks it writes the peer's recv at the same
+/// time (every byte moved once), with more a rank sync follows and each rank copies the other shares from their
+/// reducers' recv. A last rank sync: nobody reads this rank's send or writes its recv once the kernel ends. In place
+/// is safe: share q of a buffer is read and then written by the same worker, and other shares are written only
+/// after (or by ranks that never read) them.
+template <class T, class TeamT>
+WEFT_HOST_DEVICE void allReduceZeroCopy(const TeamT& team, const CollectiveArgs& a) {
+  const CollectiveContext& ctx = a.ctx;
+  const ZeroCopyPlan* plan = ctx.plan;
+  const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  auto all = [](int32_t) { return true; };
+  const uint64_t lo = shareStart<T>(a.count, rank, n);
+  const uint64_t hi = shareStart<T>(a.count, rank + 1, n);
+  T* peerRecv = n == 2 ? reinterpret_cast<T*>(plan->recv[1 - rank]) + lo : nullptr;
+  reduceRange<T>(
+      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(plan->send[p]) + lo; },
+      reinterpret_cast<T*>(a.recv) + lo, peerRecv);
+  if (n > 2) {
+    rankSync(team, ctx, a.kind, all);
+    for (uint64_t q = 0; q < n; ++q) {
+      if (q == rank) continue;
+      const uint64_t qlo = shareStart<T>(a.count, q, n);
+      const uint64_t qhi = shareStart<T>(a.count, q + 1, n);
+      copyCooperative(reinterpret_cast<T*>(a.recv) + qlo, reinterpret_cast<const T*>(plan->recv[q]) + qlo,
+                      (qhi - qlo) * sizeof(T), team.flatId(), team.flatCount());
+    }
+  }
+  rankSync(team, ctx, a.kind, all);
+}
+
 /// allReduce (scatter-gather). Every piece of the message is cut into n x numBlocks chunks of equal length (a
 /// multiple of a 16-byte vector where the scratch allows): chunk j = q * numBlocks + b belongs to share q (reduced by
 /// rank q) and is handled by block b of every rank, which meets only block b of its peers (pairSync), never the
@@ -351,6 +480,10 @@ WEFT_HOST_DEVICE_INLINE void reduceFromScratch(const TeamT& team, const Collecti
 /// block has read all it needed of this rank's scratch, so any operation may use the scratch next.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceSteps(const TeamT& team, const CollectiveArgs& a) {
+  if (a.offers != 0 && exchangeOffers(team, a)) {
+    allReduceZeroCopy<T>(team, a);
+    return;
+  }
   const CollectiveContext& ctx = a.ctx;
   const uint64_t half = regionBytes(ctx.scratchBytes, 2);
   const auto* send = reinterpret_cast<const T*>(a.send);

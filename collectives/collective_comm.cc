@@ -98,6 +98,7 @@ constexpr int kScratchTag = 0x57430001;
 constexpr int kConnectTag = 0x57430002;
 constexpr int kSemaphoreTag = 0x57430003;
 constexpr int kPacketTag = 0x57430004;
+constexpr int kRegistrationTag = 0x57440000;  // + the registration's sequence number (mod 2^16)
 
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
 constexpr MemoryKind kScratchKind = MemoryKind::kGpu;
@@ -221,6 +222,9 @@ class CollectiveCommImpl {
     if (peersDevice_ != nullptr) (void)hipFree(peersDevice_);
     if (barrierDevice_ != nullptr) (void)hipFree(barrierDevice_);
     if (oneShotDevice_ != nullptr) (void)hipFree(oneShotDevice_);
+    if (regTableDevice_ != nullptr) (void)hipFree(regTableDevice_);
+    if (planDevice_ != nullptr) (void)hipFree(planDevice_);
+    if (offerRoundDevice_ != nullptr) (void)hipFree(offerRoundDevice_);
 #endif
   }
 
@@ -259,7 +263,115 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
     fill(a, send, recv, count, op, 0);
+    if (liveRegistrations_ > 0 && size_ <= static_cast<int>(kMaxPairBlocks)) {
+      const uint64_t bytes = count * dataTypeBytes(type);
+      a.offers = 1;
+      a.offer.sendReg = findRegistration(send, bytes, &a.offer.sendOffset);
+      a.offer.recvReg = findRegistration(recv, bytes, &a.offer.recvOffset);
+    }
     run(a, type, stream);
+  }
+
+  // The registration holding [p, p + bytes) and p's offset in it, or -1.
+  int64_t findRegistration(const void* p, uint64_t bytes, uint64_t* offset) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (uint32_t r = 0; r < kMaxRegistrations; ++r) {
+      const Registration& g = registrations_[r];
+      if (g.base != nullptr && b >= g.base && static_cast<uint64_t>(b - g.base) <= g.bytes &&
+          g.bytes - static_cast<uint64_t>(b - g.base) >= bytes) {
+        *offset = static_cast<uint64_t>(b - g.base);
+        return r;
+      }
+    }
+    *offset = 0;
+    return -1;
+  }
+
+  uint32_t registerBuffer(void* buffer, uint64_t bytes) {
+    if (buffer == nullptr || bytes == 0) {
+      throw Error(ErrorCode::kInvalidArgument, "registerBuffer: null buffer or zero bytes");
+    }
+    uint32_t id = 0;
+    while (id < kMaxRegistrations && registrations_[id].base != nullptr) ++id;
+    if (id == kMaxRegistrations) {
+      throw Error(ErrorCode::kInvalidUsage, "registerBuffer: " + std::to_string(kMaxRegistrations) +
+                                                " buffers are registered already; deregister one first");
+    }
+    const int tag = kRegistrationTag + static_cast<int>(registrationSeq_++ & 0xffff);
+    Registration g;
+    g.local = comm_->registerMemory(buffer, bytes, kScratchKind);
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) comm_->sendMemory(g.local, p, tag);
+    }
+    g.remote.resize(static_cast<size_t>(size_));
+    std::string problem;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      g.remote[static_cast<size_t>(p)] = comm_->recvMemory(p, tag);
+      if (g.remote[static_cast<size_t>(p)].data() == nullptr && problem.empty()) {
+        problem = "rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) + "'s buffer (transport " +
+                  comm_->transportFor(p, kScratchKind) +
+                  " has no load/store path; host memory must come from "
+                  "allocSharedHostMemory)";
+      }
+    }
+    // Every rank learns whether every rank mapped every buffer, so all fail alike or none does.
+    std::vector<uint8_t> ok(static_cast<size_t>(size_));
+    ok[static_cast<size_t>(rank_)] = problem.empty() ? 1 : 0;
+    comm_->bootstrap().allGather(ok.data(), 1);
+    for (int p = 0; p < size_; ++p) {
+      if (ok[static_cast<size_t>(p)] == 0) {
+        throw Error(ErrorCode::kNotSupported,
+                    "registerBuffer: " +
+                        (problem.empty() ? "rank " + std::to_string(p) + " could not map a peer's buffer" : problem));
+      }
+    }
+    g.base = static_cast<const uint8_t*>(buffer);
+    g.bytes = bytes;
+    for (int p = 0; p < size_; ++p) {
+      regTableHost_[static_cast<size_t>(id) * static_cast<size_t>(size_) + static_cast<size_t>(p)] =
+          p == rank_ ? static_cast<uint8_t*>(buffer) : static_cast<uint8_t*>(g.remote[static_cast<size_t>(p)].data());
+    }
+    registrations_[id] = std::move(g);
+    ++liveRegistrations_;
+    publishRegistrations();
+    return id;
+  }
+
+  void deregisterBuffer(uint32_t id) {
+    if (id >= kMaxRegistrations || registrations_[id].base == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, "deregisterBuffer: " + std::to_string(id) + " is not a registration");
+    }
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    // Kernels still in flight may read the table or the peers' mappings.
+    checkGpu(hipDeviceSynchronize(), "deregisterBuffer: waiting for the GPU");
+#endif
+    comm_->bootstrap().barrier();  // every rank's kernels are done with it before any mapping goes away
+    for (int p = 0; p < size_; ++p) {
+      regTableHost_[static_cast<size_t>(id) * static_cast<size_t>(size_) + static_cast<size_t>(p)] = nullptr;
+    }
+    publishRegistrations();
+    registrations_[id] = Registration{};
+    --liveRegistrations_;
+  }
+
+  uint64_t zeroCopyAllReduces() const {
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    uint64_t runs = 0;
+    checkGpu(hipMemcpy(&runs, &planDevice_->runs, sizeof(runs), hipMemcpyDeviceToHost), "reading the zero-copy count");
+    return runs;
+#else
+    return planHost_->runs;
+#endif
+  }
+
+  void publishRegistrations() {
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    checkGpu(hipMemcpy(regTableDevice_, regTableHost_.data(), sizeof(uint8_t*) * regTableHost_.size(),
+                       hipMemcpyHostToDevice),
+             "hipMemcpy of the registration table");
+    checkGpu(hipDeviceSynchronize(), "waiting for the registration table");
+#endif
   }
 
   AllReduceAlgorithm allReduceAlgorithmFor(uint64_t count, DataType type) const {
@@ -616,9 +728,12 @@ class CollectiveCommImpl {
   uint64_t pairFlagsOffset() const {
     return (options_.scratchBytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
-  uint64_t scratchAllocBytes() const {
-    return pairFlagsOffset() + (pairFlagCount() + kMaxPairBlocks) * sizeof(uint64_t);
+  // Then the offers peers write (zero-copy allreduce), one per rank.
+  uint64_t offersOffset() const {
+    const uint64_t end = pairFlagsOffset() + (pairFlagCount() + kMaxPairBlocks) * sizeof(uint64_t);
+    return (end + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
+  uint64_t scratchAllocBytes() const { return offersOffset() + static_cast<uint64_t>(size_) * sizeof(ZeroCopyOffer); }
   uint64_t* pairFlagsOf(uint8_t* scratch) const { return reinterpret_cast<uint64_t*>(scratch + pairFlagsOffset()); }
 
   void allocate() {
@@ -684,6 +799,27 @@ class CollectiveCommImpl {
     context_.scratchBytes = options_.scratchBytes;
     context_.pairFlags = pairFlagsOf(static_cast<uint8_t*>(scratch_.get()));
     context_.pairRounds = context_.pairFlags + pairFlagCount();
+    context_.offersOffset = offersOffset();
+    regTableHost_.assign(static_cast<size_t>(kMaxRegistrations) * static_cast<size_t>(size_), nullptr);
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    checkGpu(hipMalloc(&regTableDevice_, sizeof(uint8_t*) * regTableHost_.size()),
+             "hipMalloc of the registration table");
+    checkGpu(hipMemset(regTableDevice_, 0, sizeof(uint8_t*) * regTableHost_.size()),
+             "hipMemset of the registration table");
+    checkGpu(hipMalloc(&planDevice_, sizeof(ZeroCopyPlan)), "hipMalloc of the zero-copy plan");
+    checkGpu(hipMemset(planDevice_, 0, sizeof(ZeroCopyPlan)), "hipMemset of the zero-copy plan");
+    checkGpu(hipMalloc(&offerRoundDevice_, sizeof(uint64_t)), "hipMalloc of the offer round");
+    checkGpu(hipMemset(offerRoundDevice_, 0, sizeof(uint64_t)), "hipMemset of the offer round");
+    checkGpu(hipDeviceSynchronize(), "waiting for the collective setup's fills");
+    context_.regTable = regTableDevice_;
+    context_.plan = planDevice_;
+    context_.offerRound = offerRoundDevice_;
+#else
+    planHost_ = std::make_unique<ZeroCopyPlan>();
+    context_.regTable = regTableHost_.data();
+    context_.plan = planHost_.get();
+    context_.offerRound = &offerRoundHost_;
+#endif
     context_.budgetNs = budgetNs_;
     context_.record = errors_.deviceRecord();
     context_.rank = rank_;
@@ -788,6 +924,25 @@ class CollectiveCommImpl {
   std::vector<RegisteredMemory> remotePackets_;
   std::vector<uint8_t*> packetPeers_;
   OneShotState* oneShotState_ = nullptr;
+  // Registered buffers (registerBuffer): the same ids on every rank, since registration is collective.
+  struct Registration {
+    const uint8_t* base = nullptr;
+    uint64_t bytes = 0;
+    RegisteredMemory local;
+    std::vector<RegisteredMemory> remote;
+  };
+  std::vector<Registration> registrations_ = std::vector<Registration>(kMaxRegistrations);
+  uint32_t liveRegistrations_ = 0;
+  uint64_t registrationSeq_ = 0;
+  std::vector<uint8_t*> regTableHost_;  // [kMaxRegistrations][size]: where each rank's registration is mapped here
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+  uint8_t** regTableDevice_ = nullptr;
+  ZeroCopyPlan* planDevice_ = nullptr;
+  uint64_t* offerRoundDevice_ = nullptr;
+#else
+  std::unique_ptr<ZeroCopyPlan> planHost_;
+  uint64_t offerRoundHost_ = 0;
+#endif
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
   PeerSlot* peersDevice_ = nullptr;
   GridBarrierState* barrierDevice_ = nullptr;
@@ -845,5 +1000,8 @@ AllReduceAlgorithm CollectiveComm::allReduceAlgorithmFor(uint64_t count, DataTyp
   return impl_->allReduceAlgorithmFor(count, type);
 }
 void CollectiveComm::checkError() const { impl_->checkError(); }
+uint32_t CollectiveComm::registerBuffer(void* buffer, uint64_t bytes) { return impl_->registerBuffer(buffer, bytes); }
+void CollectiveComm::deregisterBuffer(uint32_t id) { impl_->deregisterBuffer(id); }
+uint64_t CollectiveComm::zeroCopyAllReduces() const { return impl_->zeroCopyAllReduces(); }
 
 }  // namespace weft

@@ -522,6 +522,83 @@ void misalignedReductions(int rank, int size, const UniqueId& id, uint64_t seed)
   }
 }
 
+// Zero-copy allreduce: one registered GPU buffer per rank, allreduces from and into it at rank-specific offsets,
+// every type at odd and large counts (sum; max on float), in place and out of place, then the same call captured in
+// a CUDA graph and replayed; every run counted as zero-copy. Then a recv outside the registration: every rank stages.
+void zeroCopyAllReduce(int rank, int size, const UniqueId& id, uint64_t seed) {
+  CollectiveOptions o = withScratch(1 << 20);
+  o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather, the path registrations change
+  GpuRank r(rank, size, id, o);
+  Stream stream;
+  constexpr uint64_t kBufferBytes = 16 << 20;
+  GpuBuffer buffer(kBufferBytes), outside(kBufferBytes);
+  const uint32_t reg = r.coll->registerBuffer(buffer.get(), kBufferBytes);
+  uint64_t zeroCopy = 0;
+  int caseId = 0;
+  auto check = [&](DataType type, ReduceOp op, uint64_t count, uint8_t* send, uint8_t* recv, bool graph) {
+    ++caseId;
+    const uint64_t es = dataTypeBytes(type);
+    std::vector<Bytes> inputs;
+    for (int p = 0; p < size; ++p) inputs.push_back(makeInput(seed, caseId, p, type, count));
+    Bytes want(count * es);
+    referenceReduce(type, op, inputs, 0, count, want.data());
+    checkGpu(hipMemcpy(send, inputs[static_cast<size_t>(rank)].data(), count * es, hipMemcpyHostToDevice),
+             "hipMemcpy to the GPU");
+    if (recv != send) checkGpu(hipMemset(recv, 0xa5, count * es), "hipMemset (poison)");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
+#if WEFT_BUILD_GPU_CUDA
+    if (graph) {
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      r.coll->allReduce(send, recv, count, type, op, stream.get());
+      checkGpu(cudaStreamEndCapture(stream.get(), &g), "cudaStreamEndCapture");
+      checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+      checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
+      checkGpu(hipStreamSynchronize(stream.get()), "graph replay");
+      (void)cudaGraphExecDestroy(exec);
+      (void)cudaGraphDestroy(g);
+    } else
+#endif
+    {
+      (void)graph;
+      r.coll->allReduce(send, recv, count, type, op, stream.get());
+    }
+    const hipError_t e = hipStreamSynchronize(stream.get());
+    r.coll->checkError();
+    checkGpu(e, "allreduce kernel");
+    Bytes got(count * es);
+    checkGpu(hipMemcpy(got.data(), recv, got.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+    EXPECT_EQ(firstDifference(got, want), "")
+        << dataTypeName(type) << " " << reduceOpName(op) << " count " << count << " case " << caseId;
+  };
+  uint8_t* base = buffer.get();
+  for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kBfloat16, DataType::kInt8,
+                        DataType::kFloat64, DataType::kFloat8E4M3}) {
+    const uint64_t es = dataTypeBytes(type);
+    for (uint64_t count : {uint64_t{1}, uint64_t{1003}, uint64_t{300007}, (uint64_t{6} << 20) / es}) {
+      for (bool inPlace : {false, true}) {
+        uint8_t* send = base + 256 * static_cast<uint64_t>(rank) + (rank % 2) * es;
+        uint8_t* recv = inPlace ? send : base + kBufferBytes / 2 + 64 * static_cast<uint64_t>(rank);
+        check(type, ReduceOp::kSum, count, send, recv, false);
+        ++zeroCopy;
+        if (type == DataType::kFloat32) {
+          check(type, ReduceOp::kMax, count, send, recv, false);
+          check(type, ReduceOp::kSum, count, send, recv, true);
+          zeroCopy += 2;
+        }
+      }
+      if (::testing::Test::HasFailure()) break;
+    }
+  }
+  EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy);
+  uint8_t* recv = rank == size - 1 ? outside.get() : base + kBufferBytes / 2;
+  check(DataType::kFloat32, ReduceOp::kSum, 300007, base, recv, false);
+  EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy) << "a rank with an unregistered recv: every rank stages";
+  r.coll->deregisterBuffer(reg);
+  r.comm->bootstrap().barrier();
+}
+
 uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
 
 TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
@@ -646,6 +723,17 @@ TEST(CollectivesGpu, PeerThatNeverJoinsTrapsAndIsRecorded) {
 }
 
 #if WEFT_BUILD_GPU_CUDA
+TEST(CollectivesGpu, ZeroCopyAllReduceOnRegisteredBuffersTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { zeroCopyAllReduce(rank, n, id, seed); }, std::chrono::seconds(180));
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
+}
+
 TEST(CollectivesGpu, AllReduceInCudaGraphTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   for (int size : {2, 4}) {
