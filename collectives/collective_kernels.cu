@@ -123,19 +123,38 @@ int blocksPerSm(Kernel kernel) {
   return e != hipSuccess || perSm < 1 ? 1 : perSm;
 }
 
-// Blocks of the staged kernels the current GPU holds resident at once: SMs x the blocks per SM of the heaviest of
-// them (by registers: on sm_90 the moving kernel and most reductions use 114-128 registers per thread, one block of
-// 512 threads per SM, while the fp8 ones use 64), 0 when the device cannot be queried.
-uint64_t residentGridBlocks() {
-  int device = 0;
-  hipDeviceProp_t prop{};
-  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 0;
+// Blocks per SM of the heaviest staged kernel (by registers: on sm_90 the moving kernel and most reductions use
+// 114-128 registers per thread, one block of 512 threads per SM, while the fp8 ones use 64).
+int stagedBlocksPerSm() {
   int perSm = blocksPerSm(movingKernel);
   for (int t = 0; t < kDataTypeCount; ++t) {
     withElementType(static_cast<DataType>(t),
                     [&](auto element) { perSm = std::min(perSm, blocksPerSm(reducingKernel<decltype(element)>)); });
   }
-  return static_cast<uint64_t>(prop.multiProcessorCount) * static_cast<uint64_t>(perSm);
+  return perSm;
+}
+
+// Blocks per SM of the heaviest one-shot kernel (one 256-thread block on sm_90).
+int oneShotBlocksPerSm() {
+  int perSm = blocksPerSm(oneShotGatherKernel);
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    withElementType(static_cast<DataType>(t),
+                    [&](auto element) { perSm = std::min(perSm, blocksPerSm(oneShotKernel<decltype(element)>)); });
+  }
+  return perSm;
+}
+
+// The current GPU's SMs x perSm, divided among ranksOnGpu ranks, in [1, kGpuMaxBlocks] (1 when the device cannot
+// be queried).
+uint32_t shareOfGpu(int perSm, uint32_t ranksOnGpu) {
+  int device = 0;
+  hipDeviceProp_t prop{};
+  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 1;
+  uint64_t blocks = static_cast<uint64_t>(prop.multiProcessorCount) * static_cast<uint64_t>(perSm) /
+                    (ranksOnGpu == 0 ? 1 : ranksOnGpu);
+  if (blocks < 1) blocks = 1;
+  if (blocks > kGpuMaxBlocks) blocks = kGpuMaxBlocks;
+  return static_cast<uint32_t>(blocks);
 }
 
 }  // namespace
@@ -143,10 +162,7 @@ uint64_t residentGridBlocks() {
 
 uint32_t collectiveGridBlocks(uint32_t ranksOnGpu) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
-  uint64_t blocks = residentGridBlocks() / (ranksOnGpu == 0 ? 1 : ranksOnGpu);
-  if (blocks < 1) blocks = 1;
-  if (blocks > kGpuMaxBlocks) blocks = kGpuMaxBlocks;
-  return static_cast<uint32_t>(blocks);
+  return shareOfGpu(stagedBlocksPerSm(), ranksOnGpu);
 #else
   (void)ranksOnGpu;
   return kGpuMaxBlocks;
@@ -155,19 +171,7 @@ uint32_t collectiveGridBlocks(uint32_t ranksOnGpu) {
 
 uint32_t oneShotGridBlocks(uint32_t ranksOnGpu) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
-  int device = 0;
-  hipDeviceProp_t prop{};
-  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 1;
-  int perSm = blocksPerSm(oneShotGatherKernel);
-  for (int t = 0; t < kDataTypeCount; ++t) {
-    withElementType(static_cast<DataType>(t),
-                    [&](auto element) { perSm = std::min(perSm, blocksPerSm(oneShotKernel<decltype(element)>)); });
-  }
-  uint64_t blocks = static_cast<uint64_t>(prop.multiProcessorCount) * static_cast<uint64_t>(perSm) /
-                    (ranksOnGpu == 0 ? 1 : ranksOnGpu);
-  if (blocks < 1) blocks = 1;
-  if (blocks > kGpuMaxBlocks) blocks = kGpuMaxBlocks;
-  return static_cast<uint32_t>(blocks);
+  return shareOfGpu(oneShotBlocksPerSm(), ranksOnGpu);
 #else
   (void)ranksOnGpu;
   return kGpuMaxBlocks;
