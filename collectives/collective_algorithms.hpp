@@ -94,7 +94,7 @@ struct ZeroCopyOffer {
 /// buffers are registered, and then each rank's send and recv as mapped here (entries [0, size)).
 struct ZeroCopyPlan {
   uint64_t allRegistered;
-  uint64_t runs;  ///< allreduces of this rank that ran zero-copy (CollectiveComm::zeroCopyAllReduces)
+  uint64_t runs;  ///< operations of this rank that ran zero-copy (CollectiveComm::zeroCopyCalls)
   const uint8_t* send[kMaxPairBlocks];
   uint8_t* recv[kMaxPairBlocks];
 };
@@ -117,8 +117,8 @@ struct CollectiveArgs {
   uint64_t count;       ///< elements: per rank for allGather/reduceScatter/allToAll, the whole buffer otherwise
   const uint8_t* send;
   uint8_t* recv;
-  /// allReduce (scatter-gather): 1 when the ranks exchange offers first (the communicator has registrations, so a
-  /// zero-copy run is possible); this rank's offer.
+  /// allReduce (scatter-gather) and reduceScatter above the one-shot size: 1 when the ranks exchange offers first
+  /// (the communicator has registrations, so a zero-copy run is possible); this rank's offer.
   uint32_t offers;
   ZeroCopyOffer offer;
   GroupEntry group[kMaxGroupEntries];
@@ -773,8 +773,27 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
 
 /// reduceScatter: per piece of the per-rank count, stage share q of the piece into scratch region q (n regions);
 /// sync; rank r reduces region r of every rank into recv; sync.
+/// reduceScatter on registered buffers, after exchangeOffers found every rank's send and recv mapped: this rank
+/// reduces share `rank` of every rank's send straight into its recv, then a rank sync (nobody reads this rank's
+/// send once the kernel ends). In place (recv = share `rank` of send) is safe: element i of it is read and then
+/// written by the same worker, and no peer reads that share.
+template <class T, class TeamT>
+WEFT_HOST_DEVICE void reduceScatterZeroCopy(const TeamT& team, const CollectiveArgs& a) {
+  const CollectiveContext& ctx = a.ctx;
+  const ZeroCopyPlan* plan = ctx.plan;
+  const uint64_t share = static_cast<uint64_t>(ctx.rank) * a.count;
+  reduceRange<T>(
+      team, ctx, a.op, a.count, [&](int p) { return reinterpret_cast<const T*>(plan->send[p]) + share; },
+      reinterpret_cast<T*>(a.recv), static_cast<T*>(nullptr));
+  rankSync(team, ctx, a.kind, [](int32_t) { return true; });
+}
+
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void reduceScatterSteps(const TeamT& team, const CollectiveArgs& a) {
+  if (a.offers != 0 && exchangeOffers(team, a)) {
+    reduceScatterZeroCopy<T>(team, a);
+    return;
+  }
   const CollectiveContext& ctx = a.ctx;
   const uint64_t region = regionBytes(ctx.scratchBytes, static_cast<uint64_t>(ctx.size));
   const uint64_t pieceMax = elementsIn<T>(region);

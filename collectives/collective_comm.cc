@@ -263,13 +263,17 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
     fill(a, send, recv, count, op, 0);
-    if (liveRegistrations_ > 0 && size_ <= static_cast<int>(kMaxPairBlocks)) {
-      const uint64_t bytes = count * dataTypeBytes(type);
-      a.offers = 1;
-      a.offer.sendReg = findRegistration(send, bytes, &a.offer.sendOffset);
-      a.offer.recvReg = findRegistration(recv, bytes, &a.offer.recvOffset);
-    }
+    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
     run(a, type, stream);
+  }
+
+  // Where the communicator has registrations, the operation starts with the offer exchange (zero copy when every
+  // rank's send and recv are registered).
+  void offer(CollectiveArgs& a, const void* send, uint64_t sendBytes, const void* recv, uint64_t recvBytes) const {
+    if (liveRegistrations_ == 0 || size_ > static_cast<int>(kMaxPairBlocks)) return;
+    a.offers = 1;
+    a.offer.sendReg = findRegistration(send, sendBytes, &a.offer.sendOffset);
+    a.offer.recvReg = findRegistration(recv, recvBytes, &a.offer.recvOffset);
   }
 
   // The registration holding [p, p + bytes) and p's offset in it, or -1.
@@ -355,7 +359,7 @@ class CollectiveCommImpl {
     --liveRegistrations_;
   }
 
-  uint64_t zeroCopyAllReduces() const {
+  uint64_t zeroCopyCalls() const {
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
     uint64_t runs = 0;
     checkGpu(hipMemcpy(&runs, &planDevice_->runs, sizeof(runs), hipMemcpyDeviceToHost), "reading the zero-copy count");
@@ -416,6 +420,8 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kReduceScatter);
     fill(a, send, recv, recvCount, op, 0);
+    const uint64_t recvBytes = recvCount * dataTypeBytes(type);
+    offer(a, send, recvBytes * static_cast<uint64_t>(size_), recv, recvBytes);
     run(a, type, stream);
   }
 
@@ -1002,6 +1008,6 @@ AllReduceAlgorithm CollectiveComm::allReduceAlgorithmFor(uint64_t count, DataTyp
 void CollectiveComm::checkError() const { impl_->checkError(); }
 uint32_t CollectiveComm::registerBuffer(void* buffer, uint64_t bytes) { return impl_->registerBuffer(buffer, bytes); }
 void CollectiveComm::deregisterBuffer(uint32_t id) { impl_->deregisterBuffer(id); }
-uint64_t CollectiveComm::zeroCopyAllReduces() const { return impl_->zeroCopyAllReduces(); }
+uint64_t CollectiveComm::zeroCopyCalls() const { return impl_->zeroCopyCalls(); }
 
 }  // namespace weft

@@ -173,13 +173,15 @@ class CollectiveComm {
   /// builds: GPU memory the transport can share (hipMalloc); host builds: memory from allocSharedHostMemory. An
   /// allReduce above the one-shot size uses the zero-copy path when every rank's send and recv each lie inside one
   /// of its registrations (the ranks agree on the GPU, per call; otherwise it stages as usual). Returns the id for
-  /// deregisterBuffer; at most 64 at once. Error(kNotSupported) on every rank when any cannot map a peer's buffer.
+  /// deregisterBuffer; at most 64 at once. reduceScatter above the one-shot size does the same: each rank
+  /// reduces its share straight from every rank's send. Error(kNotSupported) on every rank when any cannot map a peer's
+  /// buffer.
   uint32_t registerBuffer(void* buffer, uint64_t bytes);
   /// Undoes registerBuffer(id), collectively, after this rank's GPU work is done (it synchronises the device).
   void deregisterBuffer(uint32_t id);
-  /// How many of this rank's allReduce calls so far ran zero-copy (every rank's buffers registered). GPU builds read
-  /// it from the device: call it after the operations completed.
-  uint64_t zeroCopyAllReduces() const;
+  /// How many of this rank's allReduce and reduceScatter calls so far ran zero-copy (every rank's buffers
+  /// registered). GPU builds read it from the device: call it after the operations completed.
+  uint64_t zeroCopyCalls() const;
 
  private:
   std::unique_ptr<detail::CollectiveCommImpl> impl_;

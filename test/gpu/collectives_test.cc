@@ -591,10 +591,40 @@ void zeroCopyAllReduce(int rank, int size, const UniqueId& id, uint64_t seed) {
       if (::testing::Test::HasFailure()) break;
     }
   }
-  EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy);
+  // reduceScatter: share `rank` of every rank's send, reduced straight into recv (in place: recv is that share).
+  for (DataType type : {DataType::kFloat32, DataType::kBfloat16, DataType::kInt8}) {
+    const uint64_t es = dataTypeBytes(type);
+    for (uint64_t count : {uint64_t{1003}, (uint64_t{1} << 20) / es}) {
+      for (bool inPlace : {false, true}) {
+        ++caseId;
+        const uint64_t total = count * static_cast<uint64_t>(size);
+        std::vector<Bytes> inputs;
+        for (int p = 0; p < size; ++p) inputs.push_back(makeInput(seed, caseId, p, type, total));
+        Bytes all(total * es);
+        referenceReduce(type, ReduceOp::kSum, inputs, 0, total, all.data());
+        const Bytes want(all.begin() + static_cast<std::ptrdiff_t>(count * es * rank),
+                         all.begin() + static_cast<std::ptrdiff_t>(count * es * (rank + 1)));
+        uint8_t* send = base + 256 * static_cast<uint64_t>(rank);
+        uint8_t* recv = inPlace ? send + count * es * static_cast<uint64_t>(rank)
+                                : base + kBufferBytes / 2 + 64 * static_cast<uint64_t>(rank);
+        checkGpu(hipMemcpy(send, inputs[static_cast<size_t>(rank)].data(), total * es, hipMemcpyHostToDevice),
+                 "hipMemcpy to the GPU");
+        checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
+        r.coll->reduceScatter(send, recv, count, type, ReduceOp::kSum, stream.get());
+        const hipError_t e = hipStreamSynchronize(stream.get());
+        r.coll->checkError();
+        checkGpu(e, "reducescatter kernel");
+        Bytes got(count * es);
+        checkGpu(hipMemcpy(got.data(), recv, got.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+        EXPECT_EQ(firstDifference(got, want), "") << "reducescatter " << dataTypeName(type) << " count " << count;
+        ++zeroCopy;
+      }
+    }
+  }
+  EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy);
   uint8_t* recv = rank == size - 1 ? outside.get() : base + kBufferBytes / 2;
   check(DataType::kFloat32, ReduceOp::kSum, 300007, base, recv, false);
-  EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy) << "a rank with an unregistered recv: every rank stages";
+  EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy) << "a rank with an unregistered recv: every rank stages";
   r.coll->deregisterBuffer(reg);
   r.comm->bootstrap().barrier();
 }
@@ -723,7 +753,7 @@ TEST(CollectivesGpu, PeerThatNeverJoinsTrapsAndIsRecorded) {
 }
 
 #if WEFT_BUILD_GPU_CUDA
-TEST(CollectivesGpu, ZeroCopyAllReduceOnRegisteredBuffersTwoAndFourProcesses) {
+TEST(CollectivesGpu, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   for (int size : {2, 4}) {
     UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");

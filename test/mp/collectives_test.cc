@@ -652,10 +652,10 @@ TEST(CollectivesMpTest, ReductionsOnMisalignedBuffersTwoAndThreeRanks) {
   }
 }
 
-// Zero-copy allreduce on registered buffers: every rank registers a shared buffer and runs allreduces from and into
-// it at rank-specific offsets (odd ones too), in place and out of place, every type, sum and max; the results match
-// the reference and the count of zero-copy runs says they did not stage. Then one rank's recv lies outside its
-// registration (every rank must stage, and does), and after deregistration everything stages again.
+// Zero-copy allreduce and reducescatter on registered buffers: every rank registers a shared buffer and runs them
+// from and into it at rank-specific offsets (odd ones too), in place and out of place, every type (allreduce: sum and
+// max); the results match the reference and the count of zero-copy runs says they did not stage. Then one rank's recv
+// lies outside its registration (every rank must stage, and does), and after deregistration everything stages again.
 void zeroCopyAllReduce(int size) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   const uint64_t seed = freshSeed();
@@ -700,14 +700,39 @@ void zeroCopyAllReduce(int size) {
             }
           }
         }
-        EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy);
+        // reduceScatter from and into the registration: share `rank` of every rank's send, reduced into recv.
+        for (DataType type : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64, DataType::kUint8}) {
+          const uint64_t es = dataTypeBytes(type);
+          for (uint64_t count : {uint64_t{1}, uint64_t{7}, uint64_t{1003}, uint64_t{5000}}) {
+            for (bool inPlace : {false, true}) {
+              ++caseId;
+              const uint64_t total = count * static_cast<uint64_t>(n);
+              std::vector<Bytes> inputs;
+              for (int p = 0; p < n; ++p) inputs.push_back(makeInput(seed, caseId, p, type, total));
+              Bytes all(total * es);
+              referenceReduce(type, ReduceOp::kSum, inputs, 0, total, all.data());
+              const Bytes want(all.begin() + static_cast<std::ptrdiff_t>(count * es * rank),
+                               all.begin() + static_cast<std::ptrdiff_t>(count * es * (rank + 1)));
+              uint8_t* send = base + 16 * static_cast<uint64_t>(rank) + (rank % 2) * es;
+              uint8_t* recv = inPlace ? send + count * es * static_cast<uint64_t>(rank)
+                                      : base + kBufferBytes / 2 + 48 * static_cast<uint64_t>(rank);
+              std::memcpy(send, inputs[static_cast<size_t>(rank)].data(), total * es);
+              if (!inPlace) std::memset(recv, kPoison, count * es);
+              r.coll->reduceScatter(send, recv, count, type, ReduceOp::kSum, nullptr);
+              EXPECT_EQ(firstDifference(Bytes(recv, recv + count * es), want), "")
+                  << "reducescatter " << dataTypeName(type) << " count " << count << (inPlace ? " in place" : "");
+              ++zeroCopy;
+            }
+          }
+        }
+        EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy);
         // Rank n - 1 receives into unregistered memory: nobody may take the zero-copy path.
         uint8_t* recv = rank == n - 1 ? outside.data() : base + kBufferBytes / 2;
         check(DataType::kFloat32, ReduceOp::kSum, 5000, base, recv);
-        EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy);
+        EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy);
         r.coll->deregisterBuffer(reg);
         check(DataType::kFloat32, ReduceOp::kSum, 5000, base, base + kBufferBytes / 2);
-        EXPECT_EQ(r.coll->zeroCopyAllReduces(), zeroCopy);
+        EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy);
         EXPECT_THROW(r.coll->deregisterBuffer(reg), Error);
         r.comm->bootstrap().barrier();
       },
@@ -715,9 +740,9 @@ void zeroCopyAllReduce(int size) {
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
-TEST(CollectivesMpTest, ZeroCopyAllReduceOnRegisteredBuffersTwoRanks) { zeroCopyAllReduce(2); }
-TEST(CollectivesMpTest, ZeroCopyAllReduceOnRegisteredBuffersThreeRanks) { zeroCopyAllReduce(3); }
-TEST(CollectivesMpTest, ZeroCopyAllReduceOnRegisteredBuffersFourRanks) { zeroCopyAllReduce(4); }
+TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoRanks) { zeroCopyAllReduce(2); }
+TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersThreeRanks) { zeroCopyAllReduce(3); }
+TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersFourRanks) { zeroCopyAllReduce(4); }
 
 // Memory the host transport cannot share (plain heap memory): every rank's registerBuffer fails alike, with the
 // reason, instead of some ranks going on while others stop.
