@@ -522,7 +522,7 @@ class Runner {
 
   hipStream_t stream() const { return stream_.get(); }
 
-  // -R: both buffers registered with `coll` (collective), so allreduce can run zero-copy.
+  // -R: both buffers registered with `coll` (collective), so the collectives with a zero-copy path take it.
   void registerBuffers(CollectiveComm& coll) {
     coll.registerBuffer(a_.get(), a_.bytes());
     coll.registerBuffer(b_.get(), b_.bytes());
@@ -880,7 +880,8 @@ CLI::App* addCollectivesCommand(CLI::App& app, CollectivesOptions& o) {
   sub->add_option("--host-threads", o.hostThreads, "threads per rank that run each operation (WEFT_GPU=none builds)")
       ->capture_default_str();
   sub->add_option("-R,--registered", o.registered,
-                  "1: register the send and recv buffers with every peer (allreduce then runs zero-copy)")
+                  "1: register the send and recv buffers with every peer (collectives past the one-shot size then run "
+                  "zero-copy)")
       ->capture_default_str();
   sub->add_option("--scratch", o.scratchBytes, "CollectiveComm scratch bytes per rank")
       ->transform(CLI::AsSizeValue(false))

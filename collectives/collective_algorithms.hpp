@@ -79,7 +79,10 @@ struct CollectiveContext {
 /// Most registrations (CollectiveComm::registerBuffer) one communicator holds at once.
 inline constexpr uint32_t kMaxRegistrations = 64;
 
-/// What a rank tells its peers about one allreduce: where its send and recv lie among its registrations
+/// Most ranks a zero-copy run serves (the plan holds one send and one recv per rank); larger teams always stage.
+inline constexpr uint32_t kMaxZeroCopyRanks = 256;
+
+/// What a rank tells its peers about one collective: where its send and recv lie among its registrations
 /// (reg < 0: not registered), published with `round` last (release) into the peer's scratch.
 struct ZeroCopyOffer {
   int64_t sendReg;
@@ -90,13 +93,14 @@ struct ZeroCopyOffer {
   uint64_t reserved[3];
 };
 
-/// Block 0's conclusion from every rank's offer, read by every block after a grid barrier: whether every rank's
-/// buffers are registered, and then each rank's send and recv as mapped here (entries [0, size)).
+/// Block 0's conclusion from every rank's offer, read by every block after a grid barrier: whether every buffer the
+/// zero-copy run touches on another rank is registered, and then each rank's send and recv as mapped here (entries
+/// [0, size); null where that rank's buffer is not registered and not needed).
 struct ZeroCopyPlan {
   uint64_t allRegistered;
   uint64_t runs;  ///< operations of this rank that ran zero-copy (CollectiveComm::zeroCopyCalls)
-  const uint8_t* send[kMaxPairBlocks];
-  uint8_t* recv[kMaxPairBlocks];
+  const uint8_t* send[kMaxZeroCopyRanks];
+  uint8_t* recv[kMaxZeroCopyRanks];
 };
 
 /// One send or receive of a group: `bytes` at `buffer`, to or from `peer`.
@@ -117,8 +121,8 @@ struct CollectiveArgs {
   uint64_t count;       ///< elements: per rank for allGather/reduceScatter/allToAll, the whole buffer otherwise
   const uint8_t* send;
   uint8_t* recv;
-  /// allReduce (scatter-gather) and reduceScatter above the one-shot size: 1 when the ranks exchange offers first
-  /// (the communicator has registrations, so a zero-copy run is possible); this rank's offer.
+  /// Collectives with a zero-copy path, where they stage otherwise: 1 when the ranks exchange offers first (the
+  /// communicator has registrations, so a zero-copy run is possible); this rank's offer.
   uint32_t offers;
   ZeroCopyOffer offer;
   GroupEntry group[kMaxGroupEntries];
@@ -371,10 +375,23 @@ WEFT_HOST_DEVICE_INLINE void reduceFromScratch(const TeamT& team, const Collecti
 
 // ---- the collectives --------------------------------------------------------------------------------------------
 
-/// The offer exchange of a scatter-gather allreduce on a communicator with registrations: block 0 publishes this
-/// rank's offer to every peer and waits for every peer's (the peers' kernels have started, so their buffers hold
-/// this call's input and nothing earlier on their streams still uses them), then concludes whether every rank's send
-/// and recv are registered; a grid barrier hands the plan to every block. Returns the plan's verdict, the same on
+/// Which of rank p's buffers a zero-copy run of `a` touches from other ranks (kZeroCopySend, kZeroCopyRecv): only
+/// those must be registered. A buffer only its own rank reads or writes need not be.
+inline constexpr uint32_t kZeroCopySend = 1;
+inline constexpr uint32_t kZeroCopyRecv = 2;
+WEFT_HOST_DEVICE_INLINE uint32_t zeroCopyNeeds(const CollectiveArgs& a, int32_t p) {
+  switch (static_cast<CollectiveKind>(a.kind)) {
+    case CollectiveKind::kAllReduce: return kZeroCopySend | kZeroCopyRecv;  // peers write or read the reduced shares
+    case CollectiveKind::kReduce: return kZeroCopySend | (p == a.root ? kZeroCopyRecv : 0u);
+    case CollectiveKind::kBroadcast: return p == a.root ? kZeroCopySend : 0u;
+    default: return kZeroCopySend;  // reduceScatter, allGather, allToAll: every rank reads the sends it needs
+  }
+}
+
+/// The offer exchange of a collective on a communicator with registrations: block 0 publishes this rank's offer to
+/// every peer and waits for every peer's (the peers' kernels have started, so their buffers hold this call's input
+/// and nothing earlier on their streams still uses them), then concludes whether every buffer that zeroCopyNeeds
+/// names is registered; a grid barrier hands the plan to every block. Returns the plan's verdict, the same on
 /// every rank. Offers are not overwritten before they are read: a rank's next offer to p follows its own next kernel
 /// start, which follows this call's last sync with p, which p passes only after this exchange.
 template <class TeamT>
@@ -409,19 +426,21 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
         }
         o = offers[p];
       }
-      const bool valid =
-          o.sendReg >= 0 && o.sendReg < kMaxRegistrations && o.recvReg >= 0 && o.recvReg < kMaxRegistrations;
       const uint64_t n = static_cast<uint64_t>(ctx.size);
-      uint8_t* sendBase =
-          valid ? ctx.regTable[static_cast<uint64_t>(o.sendReg) * n + static_cast<uint64_t>(p)] : nullptr;
-      uint8_t* recvBase =
-          valid ? ctx.regTable[static_cast<uint64_t>(o.recvReg) * n + static_cast<uint64_t>(p)] : nullptr;
-      if (sendBase == nullptr || recvBase == nullptr) {
+      auto mapped = [&](int64_t reg, uint64_t offset) -> uint8_t* {
+        if (reg < 0 || reg >= static_cast<int64_t>(kMaxRegistrations)) return nullptr;
+        uint8_t* base = ctx.regTable[static_cast<uint64_t>(reg) * n + static_cast<uint64_t>(p)];
+        return base == nullptr ? nullptr : base + offset;
+      };
+      uint8_t* send = mapped(o.sendReg, o.sendOffset);
+      uint8_t* recv = mapped(o.recvReg, o.recvOffset);
+      const uint32_t needs = zeroCopyNeeds(a, p);
+      if (((needs & kZeroCopySend) != 0 && send == nullptr) || ((needs & kZeroCopyRecv) != 0 && recv == nullptr)) {
         atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered, uint64_t{0});
-      } else {
-        plan->send[p] = sendBase + o.sendOffset;
-        plan->recv[p] = recvBase + o.recvOffset;
       }
+      // This rank's own buffers are its to use whether registered or not.
+      plan->send[p] = p == ctx.rank ? a.send : send;
+      plan->recv[p] = p == ctx.rank ? a.recv : recv;
     }
     team.blockSync();
     if (team.threadId == 0) {
@@ -813,9 +832,30 @@ WEFT_HOST_DEVICE void reduceScatterSteps(const TeamT& team, const CollectiveArgs
   }
 }
 
+/// reduce on registered buffers, after exchangeOffers found every rank's send and the root's recv mapped: rank q
+/// reduces share q of every rank's send straight into the root's recv, so every rank's workers take part, not the
+/// root's alone; then a rank sync. In place on the root is safe for the reason allReduceZeroCopy gives.
+template <class T, class TeamT>
+WEFT_HOST_DEVICE void reduceZeroCopy(const TeamT& team, const CollectiveArgs& a) {
+  const CollectiveContext& ctx = a.ctx;
+  const ZeroCopyPlan* plan = ctx.plan;
+  const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  const uint64_t lo = shareStart<T>(a.count, rank, n);
+  const uint64_t hi = shareStart<T>(a.count, rank + 1, n);
+  reduceRange<T>(
+      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(plan->send[p]) + lo; },
+      reinterpret_cast<T*>(plan->recv[a.root]) + lo, static_cast<T*>(nullptr));
+  rankSyncAll(team, ctx, a.kind);
+}
+
 /// reduce: per piece, stage; sync; the root reduces every rank's scratch into recv; sync.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void reduceSteps(const TeamT& team, const CollectiveArgs& a) {
+  if (a.offers != 0 && exchangeOffers(team, a)) {
+    reduceZeroCopy<T>(team, a);
+    return;
+  }
   const CollectiveContext& ctx = a.ctx;
   const uint64_t pieceMax = elementsIn<T>(regionBytes(ctx.scratchBytes, 1));
   const auto* send = reinterpret_cast<const T*>(a.send);
@@ -830,9 +870,29 @@ WEFT_HOST_DEVICE void reduceSteps(const TeamT& team, const CollectiveArgs& a) {
   }
 }
 
+/// allGather on registered sends: this rank copies every rank's send straight into its place in recv (each rank
+/// starting at its own, so that the ranks read different peers at a time), then a rank sync (nobody reads this
+/// rank's send once the kernel ends). In place, this rank's own place already holds its send; the peers read only
+/// that place, which nobody writes.
+template <class TeamT>
+WEFT_HOST_DEVICE void allGatherZeroCopy(const TeamT& team, const CollectiveArgs& a, uint64_t elementBytes) {
+  const CollectiveContext& ctx = a.ctx;
+  const uint64_t total = a.count * elementBytes;
+  for (int32_t i = 0; i < ctx.size; ++i) {
+    const int32_t p = (ctx.rank + i) % ctx.size;
+    uint8_t* to = a.recv + static_cast<uint64_t>(p) * total;
+    if (to != ctx.plan->send[p]) copyCooperative(to, ctx.plan->send[p], total, team.flatId(), team.flatCount());
+  }
+  rankSyncAll(team, ctx, a.kind);
+}
+
 /// allGather: per piece (bytes), stage; sync; copy every rank's piece into its place in recv; sync.
 template <class TeamT>
 WEFT_HOST_DEVICE void allGatherSteps(const TeamT& team, const CollectiveArgs& a, uint64_t elementBytes) {
+  if (a.offers != 0 && exchangeOffers(team, a)) {
+    allGatherZeroCopy(team, a, elementBytes);
+    return;
+  }
   const CollectiveContext& ctx = a.ctx;
   const uint64_t pieceMax = regionBytes(ctx.scratchBytes, 1) / elementBytes * elementBytes;
   const uint64_t total = a.count * elementBytes;
@@ -849,9 +909,22 @@ WEFT_HOST_DEVICE void allGatherSteps(const TeamT& team, const CollectiveArgs& a,
   }
 }
 
+/// broadcast from a registered send on the root: every rank copies it straight into its recv, then a rank sync
+/// (nobody reads the root's send once the kernel ends).
+template <class TeamT>
+WEFT_HOST_DEVICE void broadcastZeroCopy(const TeamT& team, const CollectiveArgs& a, uint64_t elementBytes) {
+  const uint8_t* from = a.ctx.plan->send[a.root];
+  if (a.recv != from) copyCooperative(a.recv, from, a.count * elementBytes, team.flatId(), team.flatCount());
+  rankSyncAll(team, a.ctx, a.kind);
+}
+
 /// broadcast: per piece, the root stages; sync; every rank copies the root's scratch into recv; sync.
 template <class TeamT>
 WEFT_HOST_DEVICE void broadcastSteps(const TeamT& team, const CollectiveArgs& a, uint64_t elementBytes) {
+  if (a.offers != 0 && exchangeOffers(team, a)) {
+    broadcastZeroCopy(team, a, elementBytes);
+    return;
+  }
   const CollectiveContext& ctx = a.ctx;
   const uint64_t pieceMax = regionBytes(ctx.scratchBytes, 1) / elementBytes * elementBytes;
   const uint64_t total = a.count * elementBytes;
@@ -941,6 +1014,21 @@ WEFT_HOST_DEVICE void groupSteps(const TeamT& team, const CollectiveArgs& a) {
   }
 }
 
+/// allToAll on registered sends (never in place: a rank whose buffers overlap offers no registration): this rank
+/// copies block `rank` of every rank's send straight into block p of its recv, then a rank sync.
+template <class TeamT>
+WEFT_HOST_DEVICE void allToAllZeroCopy(const TeamT& team, const CollectiveArgs& a, uint64_t elementBytes) {
+  const CollectiveContext& ctx = a.ctx;
+  const uint64_t bytes = a.count * elementBytes;
+  for (int32_t i = 0; i < ctx.size; ++i) {
+    const int32_t p = (ctx.rank + i) % ctx.size;
+    copyCooperative(a.recv + static_cast<uint64_t>(p) * bytes,
+                    ctx.plan->send[p] + static_cast<uint64_t>(ctx.rank) * bytes, bytes, team.flatId(),
+                    team.flatCount());
+  }
+  rankSyncAll(team, ctx, a.kind);
+}
+
 /// Runs the reducing collectives for element type T.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void runReducing(const TeamT& team, const CollectiveArgs& a) {
@@ -959,6 +1047,12 @@ WEFT_HOST_DEVICE void runMoving(const TeamT& team, const CollectiveArgs& a, uint
     case CollectiveKind::kAllGather: allGatherSteps(team, a, elementBytes); break;
     case CollectiveKind::kBroadcast: broadcastSteps(team, a, elementBytes); break;
     case CollectiveKind::kAllToAll:
+      if (a.offers != 0 && exchangeOffers(team, a)) {
+        allToAllZeroCopy(team, a, elementBytes);
+      } else {
+        groupSteps(team, a);
+      }
+      break;
     case CollectiveKind::kAllToAllV:
     case CollectiveKind::kSendRecv: groupSteps(team, a); break;
     default: break;

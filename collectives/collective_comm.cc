@@ -268,9 +268,9 @@ class CollectiveCommImpl {
   }
 
   // Where the communicator has registrations, the operation starts with the offer exchange (zero copy when every
-  // rank's send and recv are registered).
+  // buffer the run touches on another rank is registered: zeroCopyNeeds).
   void offer(CollectiveArgs& a, const void* send, uint64_t sendBytes, const void* recv, uint64_t recvBytes) const {
-    if (liveRegistrations_ == 0 || size_ > static_cast<int>(kMaxPairBlocks)) return;
+    if (liveRegistrations_ == 0 || size_ > static_cast<int>(kMaxZeroCopyRanks)) return;
     a.offers = 1;
     a.offer.sendReg = findRegistration(send, sendBytes, &a.offer.sendOffset);
     a.offer.recvReg = findRegistration(recv, recvBytes, &a.offer.recvOffset);
@@ -404,6 +404,7 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllGather);
     fill(a, send, recv, sendCount, ReduceOp::kSum, 0);
+    offer(a, send, bytes, recv, bytes * static_cast<uint64_t>(size_));
     run(a, type, stream);
   }
 
@@ -437,6 +438,7 @@ class CollectiveCommImpl {
     if (count == 0) return;
     CollectiveArgs a = baseArgs(CollectiveKind::kBroadcast);
     fill(a, send, recv, count, ReduceOp::kSum, root);
+    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
     run(a, type, stream);
   }
 
@@ -452,6 +454,7 @@ class CollectiveCommImpl {
     if (count == 0) return;
     CollectiveArgs a = baseArgs(CollectiveKind::kReduce);
     fill(a, send, recv, count, op, root);
+    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
     run(a, type, stream);
   }
 
@@ -469,6 +472,14 @@ class CollectiveCommImpl {
       addEntry(a, const_cast<uint8_t*>(static_cast<const uint8_t*>(send)) + off, bytes, p, true);
       addEntry(a, static_cast<uint8_t*>(recv) + off, bytes, p, false);
     }
+    // The staged path reads the entries; the zero-copy one reads send, recv and count. It pulls block `rank` of
+    // every peer's send into recv, so a rank whose buffers overlap (in place) offers nothing and every rank stages.
+    fill(a, send, recv, count, ReduceOp::kSum, 0);
+    const uint64_t all = bytes * static_cast<uint64_t>(size_);
+    offer(a, send, all, recv, all);
+    const auto* s8 = static_cast<const uint8_t*>(send);
+    const auto* r8 = static_cast<const uint8_t*>(recv);
+    if (s8 < r8 + all && r8 < s8 + all) a.offer.sendReg = -1;
     run(a, type, stream);
   }
 
@@ -734,7 +745,7 @@ class CollectiveCommImpl {
   uint64_t pairFlagsOffset() const {
     return (options_.scratchBytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign;
   }
-  // Then the offers peers write (zero-copy allreduce), one per rank.
+  // Then the offers peers write (zero-copy runs), one per rank.
   uint64_t offersOffset() const {
     const uint64_t end = pairFlagsOffset() + (pairFlagCount() + kMaxPairBlocks) * sizeof(uint64_t);
     return (end + kScratchAlign - 1) / kScratchAlign * kScratchAlign;

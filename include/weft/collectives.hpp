@@ -167,20 +167,24 @@ class CollectiveComm {
   /// Throws the error a finished or failed operation left (a device timeout record, a failed launch), if any.
   void checkError() const;
 
-  /// Registers [buffer, buffer + bytes) with every peer: each maps it, so that allReduce can read its input from and
-  /// write its output into the ranks' own buffers (zero copy) instead of staging through scratch. Collective: every
-  /// rank calls it, in the same order as other collective calls, each with its own buffer (sizes may differ). GPU
-  /// builds: GPU memory the transport can share (hipMalloc); host builds: memory from allocSharedHostMemory. An
-  /// allReduce above the one-shot size uses the zero-copy path when every rank's send and recv each lie inside one
-  /// of its registrations (the ranks agree on the GPU, per call; otherwise it stages as usual). Returns the id for
-  /// deregisterBuffer; at most 64 at once. reduceScatter above the one-shot size does the same: each rank
-  /// reduces its share straight from every rank's send. Error(kNotSupported) on every rank when any cannot map a peer's
-  /// buffer.
+  /// Registers [buffer, buffer + bytes) with every peer: each maps it, so that collectives can read their input from
+  /// and write their output into the ranks' own buffers (zero copy) instead of staging through scratch. Collective:
+  /// every rank calls it, in the same order as other collective calls, each with its own buffer (sizes may differ).
+  /// GPU builds: GPU memory the transport can share (hipMalloc); host builds: memory from allocSharedHostMemory.
+  /// Returns the id for deregisterBuffer; at most 64 at once. Error(kNotSupported) on every rank when any cannot map
+  /// a peer's buffer.
+  ///
+  /// Each call that would stage decides per call, on the GPU, with every rank alike, whether the buffers other ranks
+  /// must reach lie inside registrations; then it runs zero-copy, otherwise it stages as usual. What must be
+  /// registered: allReduce (above the one-shot size) every rank's send and recv; reduceScatter (above the one-shot
+  /// size), allGather (above the one-shot size) and allToAll every rank's send (allToAll in place always stages);
+  /// reduce every rank's send and the root's recv; broadcast the root's send. A buffer only its own rank touches
+  /// (an allGather's recv, a broadcast's recv) need not be registered.
   uint32_t registerBuffer(void* buffer, uint64_t bytes);
   /// Undoes registerBuffer(id), collectively, after this rank's GPU work is done (it synchronises the device).
   void deregisterBuffer(uint32_t id);
-  /// How many of this rank's allReduce and reduceScatter calls so far ran zero-copy (every rank's buffers
-  /// registered). GPU builds read it from the device: call it after the operations completed.
+  /// How many of this rank's collective calls so far ran zero-copy (registerBuffer says when they do). GPU builds
+  /// read it from the device: call it after the operations completed.
   uint64_t zeroCopyCalls() const;
 
  private:

@@ -6,6 +6,8 @@
 // allreduce again with each algorithm forced (one-shot LL16, scatter-gather) on every type and op, at and around
 // the one-shot limit and past it (several one-shot launches); and one-shot allreduces in a CUDA graph replayed
 // three times with an eager call in between (the one-shot epoch lives in device memory, so no replay reuses one).
+// Then the whole matrix again on buffers inside one registered allocation at per-rank offsets (zero-copy runs
+// counted), and with unregistered recvs or sends where a collective does or does not need them registered.
 //
 // Tests that fork come first and the parent never touches the GPU runtime (see memory_channel_test.cc).
 #include <gtest/gtest.h>
@@ -233,24 +235,50 @@ void enqueue(CollectiveComm& coll, const Case& c, const uint8_t* send, uint8_t* 
   }
 }
 
-void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed, hipStream_t stream) {
+// Where runCase puts a case's buffers: each in its own allocation (arena null), or in `arena` (a registered device
+// buffer of `bytes`) at offsets that differ by rank, odd element offsets on odd ranks, so that the zero-copy paths
+// run; an out-of-place send or recv may stay in its own allocation (unregistered).
+struct Placement {
+  uint8_t* arena = nullptr;
+  uint64_t bytes = 0;
+  bool sendOutside = false;
+  bool recvOutside = false;
+};
+
+void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed, hipStream_t stream, Placement place = {}) {
   SCOPED_TRACE(describe(c));
   const int n = coll.size();
+  const uint64_t r = static_cast<uint64_t>(coll.rank());
+  const uint64_t es = dataTypeBytes(c.type);
   const uint64_t inCount = (c.kind == CollectiveKind::kReduceScatter || c.kind == CollectiveKind::kAllToAll)
                                ? c.count * static_cast<uint64_t>(n)
                                : c.count;
   std::vector<Bytes> inputs;
   for (int p = 0; p < n; ++p) inputs.push_back(makeInput(seed, caseId, p, c.type, inCount));
   const Plan p = plan(c, inputs, coll.rank());
-  GpuBuffer send(inputs[static_cast<size_t>(coll.rank())].size());
+  const Bytes& mine = inputs[static_cast<size_t>(r)];
+  GpuBuffer send(mine.size());
   GpuBuffer buffer(p.bufferBefore.size());
-  send.upload(inputs[static_cast<size_t>(coll.rank())]);
-  buffer.upload(p.bufferBefore);
-  enqueue(coll, c, send.get(), buffer.get(), stream);
+  uint8_t* sendAt = send.get();
+  uint8_t* bufferAt = buffer.get();
+  if (place.arena != nullptr) {
+    // The buffer (also the in-place send) in the first half, the out-of-place send in the second.
+    ASSERT_LE(64 * r + es + p.bufferBefore.size(), place.bytes / 2);
+    ASSERT_LE(32 * r + mine.size(), place.bytes / 2);
+    if (!(place.recvOutside && !c.inPlace)) bufferAt = place.arena + 64 * r + (r % 2) * es;
+    if (!(place.sendOutside && !c.inPlace)) sendAt = place.arena + place.bytes / 2 + 32 * r;
+  }
+  checkGpu(hipMemcpy(sendAt, mine.data(), mine.size(), hipMemcpyHostToDevice), "hipMemcpy to the GPU");
+  checkGpu(hipMemcpy(bufferAt, p.bufferBefore.data(), p.bufferBefore.size(), hipMemcpyHostToDevice),
+           "hipMemcpy to the GPU");
+  checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
+  enqueue(coll, c, sendAt, bufferAt, stream);
   const hipError_t e = hipStreamSynchronize(stream);
   coll.checkError();
   checkGpu(e, "collective kernel");
-  EXPECT_EQ(firstDifference(buffer.download(p.outOffset, p.want.size()), p.want), "");
+  Bytes got(p.want.size());
+  checkGpu(hipMemcpy(got.data(), bufferAt + p.outOffset, got.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+  EXPECT_EQ(firstDifference(got, p.want), "");
 }
 
 std::vector<Case> matrix(int n) {
@@ -629,6 +657,48 @@ void zeroCopyAllReduce(int rank, int size, const UniqueId& id, uint64_t seed) {
   r.comm->bootstrap().barrier();
 }
 
+// Every collective with a zero-copy path on buffers inside one registered device buffer (the whole matrix of
+// everyCollective, one-shot off): results match the reference and zeroCopyCalls counts every call that must not
+// stage. Then, on three types, recvs outside the registration on every rank (allreduce and reduce stage, the
+// others still go zero-copy) and sends outside on every rank but the root (only broadcast still goes zero-copy).
+bool expectZeroCopy(const Case& c, bool sendOutside, bool recvOutside) {
+  if (c.kind == CollectiveKind::kAllToAll && c.inPlace) return false;
+  if (recvOutside && !c.inPlace) return c.kind != CollectiveKind::kAllReduce && c.kind != CollectiveKind::kReduce;
+  if (sendOutside && !c.inPlace) return c.kind == CollectiveKind::kBroadcast;
+  return true;
+}
+
+void zeroCopyEveryCollective(int rank, int size, const UniqueId& id, uint64_t seed) {
+  CollectiveOptions o = withScratch(8192);
+  o.oneShotMaxBytes = 0;  // no one-shot LL: every call either stages or goes zero-copy
+  GpuRank r(rank, size, id, o);
+  Stream stream;
+  constexpr uint64_t kArenaBytes = 4 << 20;
+  GpuBuffer arena(kArenaBytes);
+  const uint32_t reg = r.coll->registerBuffer(arena.get(), kArenaBytes);
+  const std::vector<Case> cases = matrix(size);
+  uint64_t zeroCopy = 0;
+  for (int pass = 0; pass < 3 && !::testing::Test::HasFailure(); ++pass) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      if (pass > 0 && c.type != DataType::kFloat32 && c.type != DataType::kUint8 && c.type != DataType::kFloat16) {
+        continue;
+      }
+      const Placement place{arena.get(), kArenaBytes, pass == 2 && rank != c.root, pass == 1};
+      const uint64_t before = r.coll->zeroCopyCalls();
+      runCase(*r.coll, c, static_cast<int>(i + cases.size() * static_cast<size_t>(pass)), seed, stream.get(), place);
+      const bool want = expectZeroCopy(c, pass == 2, pass == 1);  // size > 1: some rank's send is outside
+      EXPECT_EQ(r.coll->zeroCopyCalls() - before, want ? 1u : 0u)
+          << "pass " << pass << ": " << describe(c) << (want ? " should" : " should not") << " run zero-copy";
+      zeroCopy += want ? 1 : 0;
+      if (::testing::Test::HasFailure()) break;
+    }
+  }
+  EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy);
+  r.coll->deregisterBuffer(reg);
+  r.comm->bootstrap().barrier();
+}
+
 uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
 
 TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
@@ -750,6 +820,17 @@ TEST(CollectivesGpu, PeerThatNeverJoinsTrapsAndIsRecorded) {
       },
       std::chrono::seconds(60));
   WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST(CollectivesGpu, ZeroCopyEveryCollectiveTwoThreeAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 3, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { zeroCopyEveryCollective(rank, n, id, seed); }, std::chrono::seconds(240));
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
 }
 
 #if WEFT_BUILD_GPU_CUDA

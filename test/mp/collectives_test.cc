@@ -122,8 +122,17 @@ std::string describe(const Case& c) {
          std::to_string(c.count) + (c.inPlace ? " in-place" : " out-of-place") + " root " + std::to_string(c.root);
 }
 
+// Where runCase puts a case's buffers: in their own vectors (arena null), or copied into `arena` (a registered
+// shared buffer of `bytes`) at offsets that differ by rank, so that the zero-copy paths run.
+struct Placement {
+  uint8_t* arena = nullptr;
+  uint64_t bytes = 0;
+  bool sendOutside = false;  // an out-of-place send stays in its vector (unregistered)
+  bool recvOutside = false;  // an out-of-place recv stays in its vector (unregistered)
+};
+
 // Runs one case on this rank and checks its output against the reference.
-void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed) {
+void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed, Placement place = {}) {
   const int n = coll.size();
   const int rank = coll.rank();
   const uint64_t es = dataTypeBytes(c.type);
@@ -188,6 +197,24 @@ void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed) {
   if (c.inPlace && c.kind == CollectiveKind::kReduceScatter) recv = buffer.data() + r * c.count * es;
   if (buffer.empty()) recv = nullptr;
   if (mine.empty() && !c.inPlace) send = nullptr;
+  uint8_t* arenaBuffer = nullptr;
+  uint8_t* arenaSend = nullptr;
+  if (place.arena != nullptr) {
+    // recv in the first half (odd element offsets on odd ranks), the out-of-place send in the second.
+    arenaBuffer = place.arena + 64 * r + (r % 2) * es;
+    arenaSend = place.arena + place.bytes / 2 + 32 * r;
+    ASSERT_LE(64 * r + es + buffer.size(), place.bytes / 2);
+    ASSERT_LE(32 * r + sendCopy.size(), place.bytes / 2);
+    if (!buffer.empty()) std::memcpy(arenaBuffer, buffer.data(), buffer.size());
+    if (!sendCopy.empty()) std::memcpy(arenaSend, sendCopy.data(), sendCopy.size());
+    auto move = [&](const uint8_t* p) -> uint8_t* {
+      if (p == nullptr) return nullptr;
+      if (p >= buffer.data() && p < buffer.data() + buffer.size()) return arenaBuffer + (p - buffer.data());
+      return arenaSend + (p - sendCopy.data());
+    };
+    if (!(place.sendOutside && !c.inPlace)) send = move(send);
+    if (!(place.recvOutside && !c.inPlace)) recv = move(recv);
+  }
   switch (c.kind) {
     case CollectiveKind::kAllReduce: coll.allReduce(send, recv, c.count, c.type, c.op, nullptr); break;
     case CollectiveKind::kReduce: coll.reduce(send, recv, c.count, c.type, c.op, c.root, nullptr); break;
@@ -196,6 +223,14 @@ void runCase(CollectiveComm& coll, const Case& c, int caseId, uint64_t seed) {
     case CollectiveKind::kBroadcast: coll.broadcast(send, recv, c.count, c.type, c.root, nullptr); break;
     case CollectiveKind::kAllToAll: coll.allToAll(send, recv, c.count, c.type, nullptr); break;
     default: break;
+  }
+  if (place.arena != nullptr) {
+    if (!buffer.empty() && !(place.recvOutside && !c.inPlace)) {
+      std::memcpy(buffer.data(), arenaBuffer, buffer.size());
+    }
+    if (!sendCopy.empty() && !(place.sendOutside && !c.inPlace)) {
+      std::memcpy(sendCopy.data(), arenaSend, sendCopy.size());
+    }
   }
   const Bytes got(buffer.begin() + static_cast<std::ptrdiff_t>(outOffset),
                   buffer.begin() + static_cast<std::ptrdiff_t>(outOffset + want.size()));
@@ -743,6 +778,61 @@ void zeroCopyAllReduce(int size) {
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoRanks) { zeroCopyAllReduce(2); }
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersThreeRanks) { zeroCopyAllReduce(3); }
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersFourRanks) { zeroCopyAllReduce(4); }
+
+// Every collective with a zero-copy path, on buffers inside a registration at offsets that differ by rank (the
+// whole matrix of everyCollective): results match the reference and zeroCopyCalls counts every call that should
+// not stage. Then buffers outside the registration where a collective does not need them registered (it still
+// goes zero-copy) and where it does (every rank stages): recvs outside on every rank, and sends outside on every
+// rank but the root.
+bool expectZeroCopy(const Case& c, const Placement& place) {
+  if (c.count == 0 || (c.kind == CollectiveKind::kAllToAll && c.inPlace)) return false;
+  if (place.recvOutside && !c.inPlace) return c.kind != CollectiveKind::kAllReduce && c.kind != CollectiveKind::kReduce;
+  if (place.sendOutside && !c.inPlace) return c.kind == CollectiveKind::kBroadcast;
+  return true;
+}
+
+void zeroCopyEveryCollective(int size) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(
+      size,
+      [&](int rank, int n) {
+        CollectiveOptions o = smallScratch();
+        o.oneShotMaxBytes = 0;  // no one-shot LL: every call either stages or goes zero-copy
+        Rank r(rank, n, id, o);
+        constexpr uint64_t kArenaBytes = 1 << 20;
+        std::shared_ptr<void> arena = allocSharedHostMemory(kArenaBytes);
+        const uint32_t reg = r.coll->registerBuffer(arena.get(), kArenaBytes);
+        const std::vector<Case> cases = matrix(n);
+        uint64_t zeroCopy = 0;
+        for (int pass = 0; pass < 3 && !::testing::Test::HasFailure(); ++pass) {
+          for (size_t i = 0; i < cases.size(); ++i) {
+            const Case& c = cases[i];
+            // The passes with buffers outside keep to three types, enough for the rule (which ignores the type).
+            if (pass > 0 && c.type != DataType::kFloat32 && c.type != DataType::kUint8 && c.type != DataType::kFloat16)
+              continue;
+            Placement place{static_cast<uint8_t*>(arena.get()), kArenaBytes, pass == 2 && rank != c.root, pass == 1};
+            const uint64_t before = r.coll->zeroCopyCalls();
+            runCase(*r.coll, c, static_cast<int>(i + cases.size() * static_cast<size_t>(pass)), seed, place);
+            const bool want =
+                expectZeroCopy(c, Placement{nullptr, 0, pass == 2, pass == 1});  // n > 1: some send is outside
+            EXPECT_EQ(r.coll->zeroCopyCalls() - before, want ? 1u : 0u)
+                << "pass " << pass << ": " << describe(c) << (want ? " should" : " should not") << " run zero-copy";
+            zeroCopy += want ? 1 : 0;
+            if (::testing::Test::HasFailure()) break;
+          }
+        }
+        EXPECT_EQ(r.coll->zeroCopyCalls(), zeroCopy);
+        r.coll->deregisterBuffer(reg);
+        r.comm->bootstrap().barrier();
+      },
+      std::chrono::seconds(240));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesMpTest, ZeroCopyEveryCollectiveTwoRanks) { zeroCopyEveryCollective(2); }
+TEST(CollectivesMpTest, ZeroCopyEveryCollectiveThreeRanks) { zeroCopyEveryCollective(3); }
+TEST(CollectivesMpTest, ZeroCopyEveryCollectiveFourRanks) { zeroCopyEveryCollective(4); }
 
 // Memory the host transport cannot share (plain heap memory): every rank's registerBuffer fails alike, with the
 // reason, instead of some ranks going on while others stop.
