@@ -61,8 +61,11 @@ struct FifoDeviceHandle {
   /// (trap on the GPU, Error(kTimeout) on the host). Ordering: every memory operation of this thread before the push
   /// is visible system-wide before the proxy can see the trigger (release, system scope).
   WEFT_HOST_DEVICE_INLINE uint64_t push(FifoTrigger t, uint64_t budgetNs) const {
+    // The cached tail is read before the fetch-add so that the two device-memory round trips overlap instead of
+    // running one after the other (a stale cache only delays a push; see waitForRoom).
+    const uint64_t cached = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(tailCache);
     const uint64_t p = atomicFetchAdd<MemoryOrder::kRelaxed, Scope::kDevice>(head, uint64_t{1});
-    waitForRoom(p, budgetNs);
+    waitForRoom(p, cached, budgetNs);
     store(p, t);
     return p;
   }
@@ -73,8 +76,9 @@ struct FifoDeviceHandle {
   /// them) and returns the position of the second. Waiting and ordering as push(); `first` is published before
   /// `second`, so a consumer that sees `first` only has to wait briefly for `second`.
   WEFT_HOST_DEVICE_INLINE uint64_t pushPair(FifoTrigger first, FifoTrigger second, uint64_t budgetNs) const {
+    const uint64_t cached = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(tailCache);
     const uint64_t p = atomicFetchAdd<MemoryOrder::kRelaxed, Scope::kDevice>(head, uint64_t{2});
-    waitForRoom(p + 1, budgetNs);
+    waitForRoom(p + 1, cached, budgetNs);
     store(p, first);
     store(p + 1, second);
     return p + 1;
@@ -95,12 +99,13 @@ struct FifoDeviceHandle {
   }
 
  private:
-  // Room for position p means p < tail + size. The cached tail (device memory) answers most pushes; only when it
-  // says "full" does the producer read the real tail across PCIe. A stale cache is only ever smaller than the real
-  // tail (both are monotonic, the cache is written from real reads), so it can delay a push but never let one in
-  // early. Concurrent cache stores may race; the loser leaves a smaller, still-safe value.
-  WEFT_HOST_DEVICE_INLINE void waitForRoom(uint64_t p, uint64_t budgetNs) const {
-    if (p < atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(tailCache) + size) return;
+  // Room for position p means p < tail + size. The cached tail (device memory, `cached`: read by the caller before it
+  // took p) answers most pushes; only when it says "full" does the producer read the real tail across PCIe. A stale
+  // cache is only ever smaller than the real tail (both are monotonic, the cache is written from real reads), so it
+  // can delay a push but never let one in early; reading it before taking p only makes it staler. Concurrent cache
+  // stores may race; the loser leaves a smaller, still-safe value.
+  WEFT_HOST_DEVICE_INLINE void waitForRoom(uint64_t p, uint64_t cached, uint64_t budgetNs) const {
+    if (p < cached + size) return;
     const uint64_t need = p + 1 - size;  // tail must reach this
     // Acquire pairs with the consumer's release of tail: the consumer's reads of the slot we are about to
     // overwrite happened before it advanced tail past it.
