@@ -322,8 +322,9 @@ struct GpuRank {
   }
 };
 
-// allreduce with `algorithm` forced: every type and op at an odd count, in-place and out-of-place; counts 1, 7, at
-// and around the one-shot limit, three times it (one-shot: several launches) and many scratch pieces.
+// allreduce with `algorithm` forced: every type and op at an odd count, in-place and out-of-place; counts 1, 2, 3,
+// 7 (two-shot among 4: ranks with empty shares), at and around the one-shot and two-shot launch limits, three
+// times the one-shot limit (LL16 paths: several launches) and many scratch pieces.
 void allReduceWith(int rank, int size, const UniqueId& id, uint64_t seed, AllReduceAlgorithm algorithm) {
   constexpr uint64_t kMax = 8192;
   CollectiveOptions o = withScratch(8192);
@@ -336,14 +337,15 @@ void allReduceWith(int rank, int size, const UniqueId& id, uint64_t seed, AllRed
   for (int t = 0; t < kDataTypeCount && !::testing::Test::HasFailure(); ++t) {
     const auto type = static_cast<DataType>(t);
     const uint64_t atLimit = perLaunch / dataTypeBytes(type);
+    const uint64_t atTwoShotLimit = static_cast<uint64_t>(size) * (perLaunch / 2) / dataTypeBytes(type);
     std::vector<Case> cases;
     for (int op = 0; op < kReduceOpCount; ++op) {
       for (bool inPlace : {false, true}) {
         cases.push_back({CollectiveKind::kAllReduce, type, static_cast<ReduceOp>(op), 1003, inPlace, 0});
       }
     }
-    for (uint64_t count :
-         {uint64_t{1}, uint64_t{7}, atLimit - 1, atLimit, atLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
+    for (uint64_t count : {uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, atLimit - 1, atLimit, atLimit + 1,
+                           atTwoShotLimit, atTwoShotLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
       cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, (caseId % 2) == 0, 0});
     }
     for (const Case& c : cases) {
@@ -699,6 +701,49 @@ void zeroCopyEveryCollective(int rank, int size, const UniqueId& id, uint64_t se
   r.comm->bootstrap().barrier();
 }
 
+// Large messages: each collective at 256 MB (the largest buffer of the call: the input of allreduce, reduce and
+// broadcast, the output of allGather, both of reduceScatter and allToAll) out of place, and at an odd size a little
+// above 64 MB in place, float sum on the default selection and the default 64 MB scratch (so the staged paths go
+// in several pieces); then count 0 of each, which must leave the buffers untouched.
+void largeMessages(int rank, int size, const UniqueId& id, uint64_t seed) {
+  GpuRank r(rank, size, id, CollectiveOptions{});
+  Stream stream;
+  const uint64_t n = static_cast<uint64_t>(size);
+  constexpr uint64_t kBig = (uint64_t{256} << 20) / 4;     // floats in 256 MB
+  constexpr uint64_t kOdd = (uint64_t{64} << 20) / 4 + 7;  // floats, odd
+  int caseId = 5000;
+  for (const bool big : {true, false}) {
+    const uint64_t total = big ? kBig : kOdd;
+    const uint64_t per = total / n;  // the per-rank count of the collectives whose large side is n times it
+    const Case cases[] = {
+        {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, total, !big, 0},
+        {CollectiveKind::kReduce, DataType::kFloat32, ReduceOp::kSum, total, !big, size - 1},
+        {CollectiveKind::kBroadcast, DataType::kFloat32, ReduceOp::kSum, total, !big, size - 1},
+        {CollectiveKind::kAllGather, DataType::kFloat32, ReduceOp::kSum, per, !big, 0},
+        {CollectiveKind::kReduceScatter, DataType::kFloat32, ReduceOp::kSum, per, !big, 0},
+        {CollectiveKind::kAllToAll, DataType::kFloat32, ReduceOp::kSum, per, false, 0},
+    };
+    for (const Case& c : cases) {
+      if (::testing::Test::HasFailure()) return;
+      runCase(*r.coll, c, caseId++, seed, stream.get());
+    }
+  }
+  // Count 0: no launch, no error, and nothing written into the (poisoned) buffers.
+  GpuBuffer send(64), recv(64 * n);
+  send.upload(Bytes(64, 1));
+  recv.upload(Bytes(64 * n, kPoison));
+  r.coll->allReduce(send.get(), recv.get(), 0, DataType::kFloat32, ReduceOp::kSum, stream.get());
+  r.coll->reduce(send.get(), recv.get(), 0, DataType::kFloat32, ReduceOp::kSum, 0, stream.get());
+  r.coll->broadcast(send.get(), recv.get(), 0, DataType::kFloat32, 0, stream.get());
+  r.coll->allGather(send.get(), recv.get(), 0, DataType::kFloat32, stream.get());
+  r.coll->reduceScatter(send.get(), recv.get(), 0, DataType::kFloat32, ReduceOp::kSum, stream.get());
+  r.coll->allToAll(send.get(), recv.get(), 0, DataType::kFloat32, stream.get());
+  checkGpu(hipStreamSynchronize(stream.get()), "count-0 collectives");
+  r.coll->checkError();
+  EXPECT_EQ(firstDifference(recv.download(0, 64 * n), Bytes(64 * n, kPoison)), "");
+  r.comm->bootstrap().barrier();
+}
+
 uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
 
 TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
@@ -728,10 +773,29 @@ TEST(CollectivesGpu, EveryCollectiveFourProcesses) {
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
+TEST(CollectivesGpu, EveryCollectiveEightProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      8, [&](int rank, int n) { everyCollective(rank, n, id, seed); }, std::chrono::seconds(300));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesGpu, LargeMessagesUpTo256MBAndCountZeroTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      2, [&](int rank, int n) { largeMessages(rank, n, id, seed); }, std::chrono::seconds(300));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
 TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   for (int size : {2, 4}) {
-    for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather}) {
+    for (AllReduceAlgorithm algorithm :
+         {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kTwoShotLL}) {
       UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
       const uint64_t seed = freshSeed();
       auto results = runRanks(
