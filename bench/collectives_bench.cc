@@ -909,7 +909,8 @@ int runAllReduceTuning(TcpBootstrap& boot, const CollectivesOptions& options, co
   const int rank = boot.rank();
   const int ranks = boot.size();
   const DataType type = sel.types.front();
-  const AllReduceAlgorithm algorithms[] = {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather};
+  const AllReduceAlgorithm algorithms[] = {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather,
+                                           AllReduceAlgorithm::kTwoShotLL};
   constexpr size_t kAlgorithms = std::size(algorithms);
   auto bootPtr = std::shared_ptr<Bootstrap>(&boot, [](Bootstrap*) {});
   Config config = Config::load();
@@ -930,7 +931,9 @@ int runAllReduceTuning(TcpBootstrap& boot, const CollectivesOptions& options, co
   if (rank == 0) {
     std::printf("# weft-bench collectives --tune: allreduce %s sum on %d ranks, out-of-place time (us, slowest rank)\n",
                 typeName(type), ranks);
-    std::printf("# %12s %14s %14s  %s\n", "size (B)", "oneshot_ll", "scatter_gather", "fastest");
+    std::printf("# %12s", "size (B)");
+    for (AllReduceAlgorithm a : algorithms) std::printf(" %14s", allReduceAlgorithmName(a));
+    std::printf("  fastest\n");
   }
   std::vector<std::pair<uint64_t, size_t>> winners;  // (bytes, algorithm index)
   int64_t wrong = 0;
@@ -951,11 +954,12 @@ int runAllReduceTuning(TcpBootstrap& boot, const CollectivesOptions& options, co
         for (int place : {kOutOfPlace, kInPlace}) wrong += std::max<int64_t>(f.wrong[place], 0);
       }
     }
-    const size_t best = us[1] < us[0] ? 1 : 0;
+    const size_t best = static_cast<size_t>(std::min_element(std::begin(us), std::end(us)) - std::begin(us));
     winners.emplace_back(g.bytes(), best);
     if (rank == 0) {
-      std::printf("  %12llu %14.2f %14.2f  %s\n", static_cast<unsigned long long>(g.bytes()), us[0], us[1],
-                  allReduceAlgorithmName(algorithms[best]));
+      std::printf("  %12llu", static_cast<unsigned long long>(g.bytes()));
+      for (double t : us) std::printf(" %14.2f", t);
+      std::printf("  %s\n", allReduceAlgorithmName(algorithms[best]));
     }
   }
   int ok = wrong == 0 && !winners.empty() ? 1 : 0;

@@ -596,12 +596,87 @@ struct OneShotArgs {
 };
 static_assert(std::is_trivially_copyable_v<OneShotArgs>);
 
+/// Ends a one-shot launch: every worker read `counter` (the epoch) at its start; once this block is done with it, the
+/// last block to get here advances the epoch for the next launch. Device scope: only this grid touches the state,
+/// and the next launch reads it after this kernel ends. A one-block grid (every message up to a few KB) needs no
+/// count of finished blocks: that skips a device-memory round trip at the end of the smallest launches.
+template <class TeamT>
+WEFT_HOST_DEVICE_INLINE void finishOneShot(const TeamT& team, OneShotState* state, uint64_t counter) {
+  team.blockSync();
+  if (team.threadId != 0) return;
+  if (team.numBlocks > 1) {
+    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&state->done, 1u);
+    if (before != team.numBlocks - 1) return;
+    atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&state->done, 0u);
+  }
+  atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&state->counter, counter + 1);
+}
+
 /// Element `e` of a packet payload viewed as an array of T.
 template <class T>
 WEFT_HOST_DEVICE_INLINE T payloadElement(uint64_t payload, uint32_t e) {
   T v;
   memcpy(&v, reinterpret_cast<const uint8_t*>(&payload) + e * sizeof(T), sizeof(T));
   return v;
+}
+
+/// The reduction step of the LL16 paths: packets j = j0 + u * stride (u < kOneShotUnroll) of one share of `bytes`
+/// bytes, reduced in rank order 0..n-1 exactly as reduceOrdered does: this rank's own bytes from `own`, peer p's
+/// from packet `slotPacket + j` of slot (parity, p) of this rank's packet buffer, waiting for `flag` within the
+/// budget (a timeout names the peer). out[u] gets the finished payload (the op's last step applied, NaNs canonical);
+/// 0 where j is past the share.
+template <class T>
+WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t parity, uint32_t flag,
+                                                const uint8_t* own, uint64_t bytes, uint64_t slotPacket, uint64_t j0,
+                                                uint64_t stride, uint64_t (&out)[kOneShotUnroll]) {
+  using Traits = ReduceTraits<T>;
+  using Acc = typename Traits::Acc;
+  constexpr uint32_t kPer = LL16Packet::kPayloadBytes / sizeof(T);  // elements per packet
+  static_assert(kPer >= 1 && LL16Packet::kPayloadBytes % sizeof(T) == 0);
+  const CollectiveContext& ctx = a.ctx;
+  const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  const uint64_t packets = packetCount<LL16Packet>(bytes);
+  Acc acc[kOneShotUnroll][kPer];
+  for (uint64_t p = 0; p < n; ++p) {
+    uint64_t payload[kOneShotUnroll];
+    if (p == rank) {
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        payload[u] = j < packets ? detail::loadPayload<LL16Packet>(own + j * 8, bytes - j * 8) : 0;
+      }
+    } else {
+      const auto* src =
+          reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes) + slotPacket;
+      bool ready[kOneShotUnroll];
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        uint32_t seen = 0;
+        payload[u] = 0;
+        ready[u] = j >= packets || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
+      }
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        if (!ready[u]) {
+          payload[u] = readPacket(src + j0 + u * stride, flag, ctx.budgetNs,
+                                  WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
+        }
+      }
+    }
+    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      for (uint32_t e = 0; e < kPer; ++e) {
+        const Acc v = Traits::load(payloadElement<T>(payload[u], e));
+        acc[u][e] = p == 0 ? v : reduceCombine(a.op, acc[u][e], v);
+      }
+    }
+  }
+  for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    out[u] = 0;
+    if (j0 + u * stride >= packets) continue;
+    for (uint32_t e = 0; e < kPer; ++e) {
+      const T v = Traits::store(canonicalNan(reduceFinish(a.op, acc[u][e], ctx.size)));
+      memcpy(reinterpret_cast<uint8_t*>(&out[u]) + e * sizeof(T), &v, sizeof(T));
+    }
+  }
 }
 
 /// One-shot allreduce of a.count elements (at most slotBytes / 2 bytes). Every worker, for its packets j
@@ -619,10 +694,6 @@ WEFT_HOST_DEVICE_INLINE T payloadElement(uint64_t payload, uint32_t e) {
 /// which starts after its launch k (the reader of parity k & 1) has finished.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) {
-  using Traits = ReduceTraits<T>;
-  using Acc = typename Traits::Acc;
-  constexpr uint32_t kPer = LL16Packet::kPayloadBytes / sizeof(T);  // elements per packet
-  static_assert(kPer >= 1 && LL16Packet::kPayloadBytes % sizeof(T) == 0);
   const CollectiveContext& ctx = a.ctx;
   const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
   const uint64_t parity = counter & 1u;
@@ -657,61 +728,18 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
   }
 
   // Reduction in rank order.
+  const uint8_t* own = a.send + rank * a.sendStride;
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
-    Acc acc[kOneShotUnroll][kPer];
-    for (uint64_t p = 0; p < n; ++p) {
-      uint64_t payload[kOneShotUnroll];
-      if (p == rank) {
-        const uint8_t* own = a.send + rank * a.sendStride;
-        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-          const uint64_t j = j0 + u * stride;
-          payload[u] = j < packets ? detail::loadPayload<LL16Packet>(own + j * 8, bytes - j * 8) : 0;
-        }
-      } else {
-        const auto* src = reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes);
-        bool ready[kOneShotUnroll];
-        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-          const uint64_t j = j0 + u * stride;
-          uint32_t seen = 0;
-          payload[u] = 0;
-          ready[u] = j >= packets || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
-        }
-        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-          if (!ready[u]) {
-            payload[u] = readPacket(src + j0 + u * stride, flag, ctx.budgetNs,
-                                    WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
-          }
-        }
-      }
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-        for (uint32_t e = 0; e < kPer; ++e) {
-          const Acc v = Traits::load(payloadElement<T>(payload[u], e));
-          acc[u][e] = p == 0 ? v : reduceCombine(a.op, acc[u][e], v);
-        }
-      }
-    }
+    uint64_t out[kOneShotUnroll];
+    reduceSharePackets<T>(a, parity, flag, own, bytes, 0, j0, stride, out);
     for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
       const uint64_t j = j0 + u * stride;
       if (j >= packets) break;
-      uint64_t out = 0;
-      for (uint32_t e = 0; e < kPer; ++e) {
-        const T v = Traits::store(canonicalNan(reduceFinish(a.op, acc[u][e], ctx.size)));
-        memcpy(reinterpret_cast<uint8_t*>(&out) + e * sizeof(T), &v, sizeof(T));
-      }
-      detail::storePayload<LL16Packet>(a.recv + j * 8, out, bytes - j * 8);
+      detail::storePayload<LL16Packet>(a.recv + j * 8, out[u], bytes - j * 8);
     }
   }
 
-  // Epoch: every worker read the counter above; the last block to get here advances it for the next launch.
-  team.blockSync();
-  if (team.threadId == 0) {
-    // Device scope: only this grid touches the state; the next launch reads it after this kernel ends.
-    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&a.state->done, 1u);
-    if (before == team.numBlocks - 1) {
-      atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->done, 0u);
-      atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&a.state->counter, counter + 1);
-    }
-  }
+  finishOneShot(team, a.state, counter);
 }
 
 /// allGather, one-shot LL16: the put phase of allReduceOneShot (this rank's `count` bytes as packets into slot
@@ -780,14 +808,129 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
     }
   }
 
-  team.blockSync();
-  if (team.threadId == 0) {
-    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&a.state->done, 1u);
-    if (before == team.numBlocks - 1) {
-      atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->done, 0u);
-      atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&a.state->counter, counter + 1);
+  finishOneShot(team, a.state, counter);
+}
+
+/// Bytes of each share of a two-shot launch of `bytes` bytes among n ranks: a multiple of the packet payload (so no
+/// element straddles two shares), at least one packet.
+WEFT_HOST_DEVICE_INLINE uint64_t twoShotShareBytes(uint64_t bytes, uint64_t n) {
+  const uint64_t share = ((bytes + n - 1) / n + LL16Packet::kPayloadBytes - 1) / LL16Packet::kPayloadBytes;
+  return (share == 0 ? 1 : share) * LL16Packet::kPayloadBytes;
+}
+
+/// Bytes of share q of a two-shot launch: [q * share, (q + 1) * share) clipped to the message (0 for the trailing
+/// shares of a message shorter than n shares).
+WEFT_HOST_DEVICE_INLINE uint64_t twoShotShareLength(uint64_t bytes, uint64_t share, uint64_t q) {
+  const uint64_t begin = q * share;
+  return begin >= bytes ? 0 : (bytes - begin < share ? bytes - begin : share);
+}
+
+/// Two-shot allreduce of a.count elements (each share at most slotBytes / 4 bytes): an LL16 reduce-scatter, then an
+/// LL16 all-gather, with no rank sync and no grid barrier. Share q (twoShotShareBytes) is reduced by rank q.
+/// Every worker, for its packets j (j = flatId, flatId + flatCount, ...):
+///   1. stores packet j of share p of its input into the first half of slot (parity, rank) of peer p, for every peer;
+///   2. reduces packet j of its own share in rank order (reduceSharePackets: own bytes from send, peer p's from the
+///      first half of slot (parity, p)), writes it into recv and stores it into the second half of slot
+///      (parity, rank) of every peer;
+///   3. copies packet j of every peer p's reduced share out of the second half of slot (parity, p) into recv.
+/// Each rank writes 4(n-1)/n times the message in packets where the one-shot writes 2(n-1) times it, at the price of
+/// a second packet latency: the path for mid-sized messages among more than two ranks.
+///
+/// In place is safe: a worker reads every share's packet j (steps 1 and 2) before it writes any of them (2 and 3),
+/// and no other worker touches packet j. The two-parity argument of allReduceOneShot needs every launch to read a
+/// packet of every peer: a rank whose share is empty (a message shorter than n packets) still publishes one packet
+/// in step 2, which its peers read and drop.
+template <class T, class TeamT>
+WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) {
+  const CollectiveContext& ctx = a.ctx;
+  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
+  const uint64_t parity = counter & 1u;
+  const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
+  const uint64_t bytes = a.count * sizeof(T);
+  const uint64_t n = static_cast<uint64_t>(ctx.size);
+  const uint64_t rank = static_cast<uint64_t>(ctx.rank);
+  const uint64_t share = twoShotShareBytes(bytes, n);
+  const uint64_t half = share / LL16Packet::kPayloadBytes;  // packets of the first half of a slot
+  const uint64_t stride = team.flatCount();
+  const uint64_t round = stride * kOneShotUnroll;
+  auto slotOf = [&](uint64_t owner, uint64_t source) {
+    return reinterpret_cast<LL16Packet*>(a.packets[owner] + (parity * n + source) * a.slotBytes);
+  };
+  // Packets a share publishes in step 2: its own, and at least one.
+  auto published = [&](uint64_t q) {
+    const uint64_t c = packetCount<LL16Packet>(twoShotShareLength(bytes, share, q));
+    return c == 0 ? uint64_t{1} : c;
+  };
+
+  // 1. Reduce-scatter puts: share p of this rank's input into the first half of slot (parity, rank) of peer p.
+  for (uint64_t j0 = team.flatId(); j0 < half; j0 += round) {
+    for (uint64_t p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      const uint64_t len = twoShotShareLength(bytes, share, p);
+      const uint64_t packets = packetCount<LL16Packet>(len);
+      const uint8_t* src = a.send + p * share;
+      uint64_t payload[kOneShotUnroll];
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        payload[u] = j < packets ? detail::loadPayload<LL16Packet>(src + j * 8, len - j * 8) : 0;
+      }
+      LL16Packet* dst = slotOf(p, rank);
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
+      }
     }
   }
+
+  // 2. This rank's share: reduced, into recv and into the second half of slot (parity, rank) of every peer.
+  const uint64_t mine = twoShotShareLength(bytes, share, rank);
+  const uint64_t minePackets = packetCount<LL16Packet>(mine);
+  for (uint64_t j0 = team.flatId(); j0 < published(rank); j0 += round) {
+    uint64_t out[kOneShotUnroll];
+    reduceSharePackets<T>(a, parity, flag, a.send + rank * share, mine, 0, j0, stride, out);
+    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      const uint64_t j = j0 + u * stride;
+      if (j < minePackets) detail::storePayload<LL16Packet>(a.recv + rank * share + j * 8, out[u], mine - j * 8);
+    }
+    for (uint64_t p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      LL16Packet* dst = slotOf(p, rank) + half;
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j < published(rank)) LL16Packet::store(dst + j, out[u], flag);
+      }
+    }
+  }
+
+  // 3. Every peer's reduced share, out of the second half of slot (parity, p) into recv.
+  for (uint64_t p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    const uint64_t len = twoShotShareLength(bytes, share, p);
+    const uint64_t count = published(p);
+    const LL16Packet* src = slotOf(rank, p) + half;
+    for (uint64_t j0 = team.flatId(); j0 < count; j0 += round) {
+      uint64_t payload[kOneShotUnroll];
+      bool ready[kOneShotUnroll];
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        uint32_t seen = 0;
+        payload[u] = 0;
+        ready[u] = j >= count || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
+      }
+      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (!ready[u]) {
+          payload[u] =
+              readPacket(src + j, flag, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
+        }
+        if (j < count && j * 8 < len) {
+          detail::storePayload<LL16Packet>(a.recv + p * share + j * 8, payload[u], len - j * 8);
+        }
+      }
+    }
+  }
+
+  finishOneShot(team, a.state, counter);
 }
 
 /// reduceScatter: per piece of the per-rank count, stage share q of the piece into scratch region q (n regions);

@@ -86,6 +86,7 @@ const char* allReduceAlgorithmName(AllReduceAlgorithm algorithm) {
     case AllReduceAlgorithm::kAuto: return "auto";
     case AllReduceAlgorithm::kOneShotLL: return "oneshot_ll";
     case AllReduceAlgorithm::kScatterGather: return "scatter_gather";
+    case AllReduceAlgorithm::kTwoShotLL: return "twoshot_ll";
   }
   return "unknown";
 }
@@ -117,28 +118,40 @@ uint64_t checkedMul(uint64_t a, uint64_t b, const char* what) {
   return a * b;
 }
 
+constexpr AllReduceAlgorithm kAllReduceAlgorithms[] = {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kOneShotLL,
+                                                       AllReduceAlgorithm::kScatterGather,
+                                                       AllReduceAlgorithm::kTwoShotLL};
+
+// With more than two ranks, kAuto's built-in choice sends a message one-shot up to this many bytes (and the one-shot
+// limit), two-shot up to kTwoShotMaxBytes, scatter-gather beyond: the one-shot writes 2(n-1) times the message in
+// packets per rank, the two-shot 4(n-1)/n times for a second packet latency, and the staged path's three rank syncs
+// stop mattering from a few MB. Starting points to be moved to measured crossovers (weft-bench collectives --tune).
+constexpr uint64_t kOneShotBeforeTwoShotBytes = 64 << 10;
+constexpr uint64_t kTwoShotMaxBytes = 2 << 20;
+
 // The algorithm the options ask for: an explicit one as given, kAuto as WEFT_ALLREDUCE_ALGO says (kAuto when unset).
 AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
   const int32_t v = static_cast<int32_t>(requested);
-  if (v < 0 || v > static_cast<int32_t>(AllReduceAlgorithm::kScatterGather)) {
+  if (v < 0 || v > static_cast<int32_t>(AllReduceAlgorithm::kTwoShotLL)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "CollectiveComm: allReduceAlgorithm " + std::to_string(v) + " is not an AllReduceAlgorithm");
   }
   if (requested != AllReduceAlgorithm::kAuto) return requested;
   const std::optional<std::string> env = paramString("WEFT_ALLREDUCE_ALGO");
   if (!env) return AllReduceAlgorithm::kAuto;
-  for (AllReduceAlgorithm a :
-       {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather}) {
+  for (AllReduceAlgorithm a : kAllReduceAlgorithms) {
     if (*env == allReduceAlgorithmName(a)) return a;
   }
   throw Error(ErrorCode::kConfigError,
-              "WEFT_ALLREDUCE_ALGO='" + *env + "': not one of auto, oneshot_ll, scatter_gather");
+              "WEFT_ALLREDUCE_ALGO='" + *env + "': not one of auto, oneshot_ll, scatter_gather, twoshot_ll");
 }
 
-// The algorithm a [[collectives.allreduce]] rule names (the config parser accepted only these two).
+// The algorithm a [[collectives.allreduce]] rule names (the config parser accepted only the names of real ones).
 AllReduceAlgorithm ruleAlgorithm(const std::string& name) {
-  return name == allReduceAlgorithmName(AllReduceAlgorithm::kOneShotLL) ? AllReduceAlgorithm::kOneShotLL
-                                                                        : AllReduceAlgorithm::kScatterGather;
+  for (AllReduceAlgorithm a : kAllReduceAlgorithms) {
+    if (name == allReduceAlgorithmName(a)) return a;
+  }
+  return AllReduceAlgorithm::kScatterGather;
 }
 
 }  // namespace
@@ -170,6 +183,8 @@ class CollectiveCommImpl {
     if (options_.oneShotMaxBytes != 0 && size_ <= kOneShotMaxRanks) {
       const uint64_t perLaunch = options_.oneShotMaxBytes / static_cast<uint64_t>(size_ > 1 ? size_ - 1 : 1) / 16 * 16;
       oneShotLimitBytes_ = perLaunch < 16 ? 16 : perLaunch;
+      // A two-shot share takes half a slot (the other half carries the reduced share back).
+      twoShotLimitBytes_ = static_cast<uint64_t>(size_) * (oneShotLimitBytes_ / 2);
     }
     for (const AllReduceRule& rule : comm_->config().allReduceRules) {
       if (rule.ranks == 0 || rule.ranks == size_) rules_.push_back({rule.maxBytes, ruleAlgorithm(rule.algorithm)});
@@ -207,11 +222,13 @@ class CollectiveCommImpl {
     hostThreads_ = static_cast<uint32_t>(std::min<uint64_t>(hostThreads_, mostBlocks));
     allocate();
     connectPeers();
-    logInfo(LogSubsys::kColl,
-            "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, {} allreduce rules from "
-            "the config, one-shot LL up to {} bytes; {} blocks per staged kernel ({} ranks on this GPU)",
-            rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), rules_.size(), oneShotLimitBytes_,
-            gpuBlocks_, ranksOnGpu_);
+    logInfo(
+        LogSubsys::kColl,
+        "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, {} allreduce rules from "
+        "the config, LL16 launches up to {} bytes one-shot and {} two-shot; {} blocks per staged kernel ({} ranks on "
+        "this GPU)",
+        rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), rules_.size(), oneShotLimitBytes_,
+        twoShotLimitBytes_, gpuBlocks_, ranksOnGpu_);
   }
 
   ~CollectiveCommImpl() {
@@ -257,8 +274,10 @@ class CollectiveCommImpl {
     checkBuffers(what, send, recv, count);
     checkedMul(count, dataTypeBytes(type), what);
     if (count == 0) return;
-    if (allReduceAlgorithmFor(count, type) == AllReduceAlgorithm::kOneShotLL) {
-      reduceOneShot(CollectiveKind::kAllReduce, send, recv, count, 0, type, op, stream);
+    const AllReduceAlgorithm algorithm = allReduceAlgorithmFor(count, type);
+    if (algorithm == AllReduceAlgorithm::kOneShotLL || algorithm == AllReduceAlgorithm::kTwoShotLL) {
+      reducePackets(CollectiveKind::kAllReduce, send, recv, count, 0, type, op,
+                    algorithm == AllReduceAlgorithm::kTwoShotLL, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
@@ -382,13 +401,18 @@ class CollectiveCommImpl {
     if (oneShotLimitBytes_ == 0) return AllReduceAlgorithm::kScatterGather;
     if (algorithm_ != AllReduceAlgorithm::kAuto) return algorithm_;
     const uint64_t es = dataTypeBytes(type);
+    if (es == 0) return AllReduceAlgorithm::kScatterGather;
     for (const Rule& rule : rules_) {
-      if (rule.maxBytes == 0 || (es != 0 && count <= rule.maxBytes / es)) return rule.algorithm;
+      if (rule.maxBytes == 0 || count <= rule.maxBytes / es) return rule.algorithm;
     }
     // One launch, and no larger than the limit: a bigger message moves 2(n-1) times its size in packets per rank,
-    // where the staged path's fixed cost (three rank syncs) no longer dominates.
-    return es != 0 && count <= oneShotLimitBytes_ / es ? AllReduceAlgorithm::kOneShotLL
-                                                       : AllReduceAlgorithm::kScatterGather;
+    // where the staged path's fixed cost (three rank syncs) no longer dominates. More than two ranks: the two-shot
+    // between (kOneShotBeforeTwoShotBytes).
+    if (size_ <= 2) {
+      return count <= oneShotLimitBytes_ / es ? AllReduceAlgorithm::kOneShotLL : AllReduceAlgorithm::kScatterGather;
+    }
+    if (count <= std::min(oneShotLimitBytes_, kOneShotBeforeTwoShotBytes) / es) return AllReduceAlgorithm::kOneShotLL;
+    return count <= kTwoShotMaxBytes / es ? AllReduceAlgorithm::kTwoShotLL : AllReduceAlgorithm::kScatterGather;
   }
 
   void allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream) {
@@ -415,8 +439,8 @@ class CollectiveCommImpl {
     checkedMul(checkedMul(recvCount, dataTypeBytes(type), what), static_cast<uint64_t>(size_), what);
     if (recvCount == 0) return;
     if (oneShotLimitBytes_ != 0 && recvCount * dataTypeBytes(type) <= oneShotLimitBytes_) {
-      reduceOneShot(CollectiveKind::kReduceScatter, send, recv, recvCount, recvCount * dataTypeBytes(type), type, op,
-                    stream);
+      reducePackets(CollectiveKind::kReduceScatter, send, recv, recvCount, recvCount * dataTypeBytes(type), type, op,
+                    false, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kReduceScatter);
@@ -557,14 +581,14 @@ class CollectiveCommImpl {
   }
 
  private:
-  // One-shot launches of at most oneShotLimitBytes_ each (one for every message kAuto sends this way): an
-  // allreduce (sendStride 0) or a reduceScatter of `count` elements per rank, whose input for rank p starts at
+  // LL16 launches of at most oneShotLimitBytes_ (one-shot) or twoShotLimitBytes_ (two-shot) each: an allreduce
+  // (sendStride 0) or a one-shot reduceScatter of `count` elements per rank, whose input for rank p starts at
   // send + p * sendStride.
-  void reduceOneShot(CollectiveKind kind, const void* send, void* recv, uint64_t count, uint64_t sendStride,
-                     DataType type, ReduceOp op, hipStream_t stream) {
+  void reducePackets(CollectiveKind kind, const void* send, void* recv, uint64_t count, uint64_t sendStride,
+                     DataType type, ReduceOp op, bool twoShot, hipStream_t stream) {
     const char* what = collectiveKindName(kind);
     const uint64_t es = dataTypeBytes(type);
-    const uint64_t chunk = oneShotLimitBytes_ / es;
+    const uint64_t chunk = (twoShot ? twoShotLimitBytes_ : oneShotLimitBytes_) / es;
     OneShotArgs a{};
     a.ctx = context_;
     a.state = oneShotState_;
@@ -580,7 +604,7 @@ class CollectiveCommImpl {
       checkError();
       hipError_t e = hipSuccess;
       try {
-        e = launchAllReduceOneShot(a, type, oneShotBlocks_, hostThreads_, stream);
+        e = launchAllReducePackets(a, type, twoShot, oneShotBlocks_, hostThreads_, stream);
       } catch (const Error& error) {
         throw Error(error.code(), std::string(what) + ": " + error.message());
       }
@@ -924,7 +948,8 @@ class CollectiveCommImpl {
   std::vector<std::shared_ptr<MemoryDevice2DeviceSemaphore>> semaphores_;
   CollectiveContext context_{};
   AllReduceAlgorithm algorithm_ = AllReduceAlgorithm::kAuto;
-  uint64_t oneShotLimitBytes_ = 0;  // bytes per one-shot launch; 0: no one-shot path
+  uint64_t oneShotLimitBytes_ = 0;  // bytes per one-shot launch; 0: no LL16 paths
+  uint64_t twoShotLimitBytes_ = 0;  // bytes per two-shot launch
   // [[collectives.allreduce]] rules for this many ranks, in file order.
   struct Rule {
     uint64_t maxBytes;

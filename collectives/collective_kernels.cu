@@ -64,6 +64,11 @@ WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotKernel(OneShotArgs ar
   allReduceOneShot<T>(gpuTeam(), args);
 }
 
+template <class T>
+WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) twoShotKernel(OneShotArgs args) {
+  allReduceTwoShot<T>(gpuTeam(), args);
+}
+
 WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotGatherKernel(OneShotArgs args, uint64_t recvStride) {
   allGatherOneShot(gpuTeam(), args, recvStride);
 }
@@ -134,12 +139,14 @@ int stagedBlocksPerSm() {
   return perSm;
 }
 
-// Blocks per SM of the heaviest one-shot kernel (one 256-thread block on sm_90).
+// Blocks per SM of the heaviest LL16 kernel, one-shot or two-shot (one 256-thread block on sm_90).
 int oneShotBlocksPerSm() {
   int perSm = blocksPerSm(oneShotGatherKernel);
   for (int t = 0; t < kDataTypeCount; ++t) {
-    withElementType(static_cast<DataType>(t),
-                    [&](auto element) { perSm = std::min(perSm, blocksPerSm(oneShotKernel<decltype(element)>)); });
+    withElementType(static_cast<DataType>(t), [&](auto element) {
+      perSm = std::min(perSm, blocksPerSm(oneShotKernel<decltype(element)>));
+      perSm = std::min(perSm, blocksPerSm(twoShotKernel<decltype(element)>));
+    });
   }
   return perSm;
 }
@@ -207,27 +214,49 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 #endif
 }
 
-hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t maxBlocks, uint32_t hostThreads,
-                                  hipStream_t stream) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+namespace {
+// Blocks for `packets` packets (about kOneShotPacketsPerThread per thread), 1..maxBlocks (0: kOneShotMaxBlocks).
+uint32_t packetGridBlocks(uint64_t packets, uint32_t maxBlocks) {
+  const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
+  const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
+  const uint64_t blocks = (packets + perBlock - 1) / perBlock;
+  return static_cast<uint32_t>(blocks == 0 ? 1 : (blocks > most ? most : blocks));
+}
+}  // namespace
+#endif
+
+hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, uint32_t maxBlocks,
+                                  uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
-  const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
-  const uint64_t packets = packetCount<LL16Packet>(args.count * dataTypeBytes(type));
-  const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
-  uint64_t blocks = (packets + perBlock - 1) / perBlock;
-  blocks = blocks == 0 ? 1 : (blocks > most ? most : blocks);
+  const uint64_t bytes = args.count * dataTypeBytes(type);
+  // The one-shot grid covers the message, the two-shot grid one share (each worker handles packet j of every share).
+  const uint64_t packets =
+      packetCount<LL16Packet>(twoShot ? twoShotShareBytes(bytes, static_cast<uint64_t>(args.ctx.size)) : bytes);
+  const uint32_t blocks = packetGridBlocks(packets, maxBlocks);
   withElementType(type, [&](auto element) {
     using T = decltype(element);
-    oneShotKernel<T><<<static_cast<uint32_t>(blocks), kOneShotThreads, 0, stream>>>(args);
+    if (twoShot) {
+      twoShotKernel<T><<<blocks, kOneShotThreads, 0, stream>>>(args);
+    } else {
+      oneShotKernel<T><<<blocks, kOneShotThreads, 0, stream>>>(args);
+    }
   });
   return hipGetLastError();
 #else
   (void)stream;
   (void)maxBlocks;
-  // The one-shot path never waits in a grid barrier, so no abort flag: a worker whose packet wait runs out
-  // throws, and the others run out of their own budgets at about the same time.
+  // The LL16 paths never wait in a grid barrier, so no abort flag: a worker whose packet wait runs out throws, and
+  // the others run out of their own budgets at about the same time.
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr, [&](const Team<HostBlockSync>& team) {
-    withElementType(type, [&](auto element) { allReduceOneShot<decltype(element)>(team, args); });
+    withElementType(type, [&](auto element) {
+      if (twoShot) {
+        allReduceTwoShot<decltype(element)>(team, args);
+      } else {
+        allReduceOneShot<decltype(element)>(team, args);
+      }
+    });
   });
   return hipSuccess;
 #endif
@@ -237,12 +266,8 @@ hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, 
                                   uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
-  const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
-  const uint64_t packets = packetCount<LL16Packet>(args.count);
-  const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
-  uint64_t blocks = (packets + perBlock - 1) / perBlock;
-  blocks = blocks == 0 ? 1 : (blocks > most ? most : blocks);
-  oneShotGatherKernel<<<static_cast<uint32_t>(blocks), kOneShotThreads, 0, stream>>>(args, recvStride);
+  oneShotGatherKernel<<<packetGridBlocks(packetCount<LL16Packet>(args.count), maxBlocks), kOneShotThreads, 0, stream>>>(
+      args, recvStride);
   return hipGetLastError();
 #else
   (void)stream;

@@ -42,11 +42,11 @@ inline constexpr uint32_t kOneShotPacketsPerThread = 2;
 hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t gpuBlocks, uint32_t hostThreads,
                             hipStream_t stream);
 
-/// Runs one one-shot allreduce launch (allReduceOneShot) on elements of `type`: as launchCollective, with a grid
-/// sized by the message (GPU builds) or `hostThreads` workers (host builds).
-/// `maxBlocks` (0: kOneShotMaxBlocks) caps the grid.
-hipError_t launchAllReduceOneShot(const OneShotArgs& args, DataType type, uint32_t maxBlocks, uint32_t hostThreads,
-                                  hipStream_t stream);
+/// Runs one LL16 allreduce launch on elements of `type`, one-shot (allReduceOneShot) or two-shot
+/// (allReduceTwoShot): as launchCollective, with a grid sized by the message (GPU builds) or `hostThreads` workers
+/// (host builds). `maxBlocks` (0: kOneShotMaxBlocks) caps the grid.
+hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, uint32_t maxBlocks,
+                                  uint32_t hostThreads, hipStream_t stream);
 
 /// Runs one one-shot allgather launch (allGatherOneShot): args.count bytes of this rank's input, peers' blocks at
 /// recv + p * recvStride; grid and host workers as launchAllReduceOneShot.

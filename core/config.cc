@@ -518,8 +518,10 @@ class FileParser {
       rule.algorithm = stringOf(*a, path + ".algorithm");
       const auto& known = allReduceRuleAlgorithms();
       if (std::find(known.begin(), known.end(), rule.algorithm) == known.end()) {
-        fail(a->source(), "'" + path + ".algorithm' must be one of \"oneshot_ll\", \"scatter_gather\", got '" +
-                              printable(rule.algorithm) + "'");
+        std::string names;
+        for (const std::string& k : known) names += (names.empty() ? "\"" : ", \"") + k + "\"";
+        fail(a->source(),
+             "'" + path + ".algorithm' must be one of " + names + ", got '" + printable(rule.algorithm) + "'");
       }
       rules.push_back(std::move(rule));
     }
@@ -798,7 +800,7 @@ Config Config::parse(std::string_view tomlText, const std::string& sourceName) {
 }
 
 const std::vector<std::string>& allReduceRuleAlgorithms() {
-  static const std::vector<std::string> kAlgorithms = {"oneshot_ll", "scatter_gather"};
+  static const std::vector<std::string> kAlgorithms = {"oneshot_ll", "scatter_gather", "twoshot_ll"};
   return kAlgorithms;
 }
 

@@ -79,8 +79,8 @@ const std::vector<ParamInfo> kParams = {
      "reducescatter, broadcast, reduce, alltoall, gather, scatter, sendrecv, all). Overrides [nccl] force_fallback."},
     {"WEFT_ALLREDUCE_ALGO", "string", "auto",
      "Algorithm of CollectiveComm::allReduce when the code leaves CollectiveOptions::allReduceAlgorithm at auto: "
-     "auto (one-shot LL16 for small messages, scatter-gather above), oneshot_ll or scatter_gather. Must be the same on "
-     "every rank."},
+     "auto (one-shot LL16 for small messages, two-shot LL16 for mid-sized ones among more than two ranks, "
+     "scatter-gather above), oneshot_ll, twoshot_ll or scatter_gather. Must be the same on every rank."},
     {"WEFT_COLL_GPU_BLOCKS", "int", "0",
      "Blocks of each staged collective kernel (1..256) when the code leaves CollectiveOptions::gpuBlocks at 0; 0 sizes "
      "the grid from the GPU (half its resident blocks, divided among the ranks sharing it)."},

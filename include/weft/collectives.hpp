@@ -72,8 +72,14 @@ enum class AllReduceAlgorithm : int32_t {
   kOneShotLL,
   /// Staged reduce-scatter + all-gather through scratch, with rank-wide semaphore synchronisation per piece.
   kScatterGather,
+  /// Two-shot LL16: rank q reduces share q of the message from the LL16 packets every peer wrote it, then writes the
+  /// result as packets into every peer (an LL reduce-scatter and all-gather, no rank-wide synchronisation). Each rank
+  /// writes 4(n-1)/n times the message in packets instead of the one-shot's 2(n-1), for a second packet latency.
+  /// Messages larger than the per-launch limit go in several launches.
+  kTwoShotLL,
 };
-/// "auto", "oneshot_ll" or "scatter_gather" ("unknown" outside the enum); the spellings WEFT_ALLREDUCE_ALGO takes.
+/// "auto", "oneshot_ll", "scatter_gather" or "twoshot_ll" ("unknown" outside the enum); the spellings
+/// WEFT_ALLREDUCE_ALGO takes.
 const char* allReduceAlgorithmName(AllReduceAlgorithm algorithm);
 
 /// How a CollectiveComm is set up.
@@ -91,13 +97,14 @@ struct CollectiveOptions {
   /// builds.
   uint32_t gpuBlocks = 0;
   /// allReduce's algorithm. kAuto lets the environment variable WEFT_ALLREDUCE_ALGO (auto, oneshot_ll,
-  /// scatter_gather) choose; any other value is used as given and the variable is ignored. Every rank must end up
-  /// with the same setting.
+  /// scatter_gather, twoshot_ll) choose; any other value is used as given and the variable is ignored. Every rank must
+  /// end up with the same setting.
   AllReduceAlgorithm allReduceAlgorithm = AllReduceAlgorithm::kAuto;
-  /// Sizes the one-shot LL path: among n ranks one launch carries up to oneShotMaxBytes / (n - 1) bytes (rounded
-  /// down to 16, at least 16), which is also the largest message kAuto sends that way. Each rank holds
-  /// 2 * n * 2 * that many bytes of packet buffer. 0 disables the one-shot path (kOneShotLL then falls back to
-  /// kScatterGather). Every rank must pass the same value.
+  /// Sizes the LL16 paths: among n ranks one one-shot launch carries up to L = oneShotMaxBytes / (n - 1) bytes
+  /// (rounded down to 16, at least 16), one two-shot launch up to n * L / 2. kAuto sends a message one-shot up to L
+  /// (with more than two ranks, up to min(L, 64 KiB)), two-shot above that up to 2 MiB when more than two ranks
+  /// share it, and scatter-gather beyond. Each rank holds 2 * n * 2 * L bytes of packet buffer. 0 disables both
+  /// (kOneShotLL and kTwoShotLL then fall back to kScatterGather). Every rank must pass the same value.
   uint64_t oneShotMaxBytes = 1ull << 20;
 };
 

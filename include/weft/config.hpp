@@ -50,7 +50,8 @@ const std::vector<TransportOptionInfo>& knownTransportOptions();
 const std::vector<std::string>& ncclFallbackOperations();
 
 /// One rule of [[collectives.allreduce]]: allreduces of `ranks` ranks (0: any number) and at most `maxBytes` bytes
-/// (0: any size) run `algorithm` ("oneshot_ll" or "scatter_gather"). weft-bench collectives --tune writes them.
+/// (0: any size) run `algorithm` ("oneshot_ll", "scatter_gather" or "twoshot_ll"). weft-bench collectives --tune writes
+/// them.
 struct AllReduceRule {
   int ranks = 0;
   uint64_t maxBytes = 0;
@@ -58,7 +59,7 @@ struct AllReduceRule {
   bool operator==(const AllReduceRule&) const = default;
 };
 
-/// The algorithm names [[collectives.allreduce]] accepts: "oneshot_ll" and "scatter_gather".
+/// The algorithm names [[collectives.allreduce]] accepts: "oneshot_ll", "scatter_gather" and "twoshot_ll".
 const std::vector<std::string>& allReduceRuleAlgorithms();
 
 /// Default of ProxyServiceOptions::directMaxBytes ([proxy] direct_max_bytes).

@@ -3,6 +3,8 @@
 // bench/plot.py run on the output where matplotlib is importable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -153,9 +155,10 @@ TEST_F(CollectivesBench, TuneWritesRulesThatTheLibraryFollows) {
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);) {
     unsigned long long bytes = 0;
-    double oneShot = 0, scatterGather = 0;
+    double oneShot = 0, scatterGather = 0, twoShot = 0;
     char fastest[32] = {};
-    if (std::sscanf(line.c_str(), "[rank 0] %llu %lf %lf %31s", &bytes, &oneShot, &scatterGather, fastest) != 4)
+    if (std::sscanf(line.c_str(), "[rank 0] %llu %lf %lf %lf %31s", &bytes, &oneShot, &scatterGather, &twoShot,
+                    fastest) != 5)
       continue;
     ++rows;
     std::string chosen;
@@ -166,7 +169,11 @@ TEST_F(CollectivesBench, TuneWritesRulesThatTheLibraryFollows) {
       }
     }
     EXPECT_EQ(chosen, fastest) << line;
-    EXPECT_EQ(std::string(fastest), oneShot <= scatterGather ? "oneshot_ll" : "scatter_gather") << line;
+    const double best = std::min({oneShot, scatterGather, twoShot});
+    EXPECT_EQ(std::string(fastest), oneShot == best         ? "oneshot_ll"
+                                    : scatterGather == best ? "scatter_gather"
+                                                            : "twoshot_ll")
+        << line;
   }
   EXPECT_EQ(rows, 5u) << r.output;  // 1K, 4K, 16K, 64K, 256K
 

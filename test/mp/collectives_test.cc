@@ -412,9 +412,10 @@ TEST(CollectivesMpTest, SendRecvGroupsFourRanks) {
 }
 
 // A rank that never joins the operation: the other's wait runs out of its budget and names the rank, the peer
-// and the operation; within a few budgets, not a hang. Both allreduce algorithms (a packet wait, a semaphore wait).
+// and the operation; within a few budgets, not a hang. Every allreduce algorithm (packet waits, a semaphore wait).
 TEST(CollectivesMpTest, PeerThatNeverJoinsTimesOut) {
-  for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather}) {
+  for (AllReduceAlgorithm algorithm :
+       {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kTwoShotLL}) {
     SCOPED_TRACE(allReduceAlgorithmName(algorithm));
     UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
     auto results = test::runRanks(2, [&](int rank, int n) {
@@ -450,9 +451,10 @@ uint64_t oneShotLimit(uint64_t max, int n) {
   return perLaunch < 16 ? 16 : perLaunch;
 }
 
-// allreduce with `algorithm` (kAuto: the size decides) on every type and op, counts 0, 1, 2, 3, 7, odd, at and
-// around the one-shot limit, several times the limit (forced one-shot: several launches) and many scratch pieces;
-// in-place and out-of-place; and the selection each count gets.
+// allreduce with `algorithm` (kAuto: the size decides) on every type and op, counts 0, 1, 2, 3, 7 (two-shot: ranks
+// with empty shares), odd, at and around the one-shot and two-shot launch limits, several times the one-shot limit
+// (forced LL16 paths: several launches) and many scratch pieces; in-place and out-of-place; and the selection each
+// count gets (kAuto: one-shot up to the limit, then two-shot among more than two ranks, else scatter-gather).
 void allReduceWith(int size, AllReduceAlgorithm algorithm) {
   SCOPED_TRACE(allReduceAlgorithmName(algorithm));
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
@@ -477,16 +479,18 @@ void allReduceWith(int size, AllReduceAlgorithm algorithm) {
             }
           }
           const uint64_t atLimit = limit / es;
+          const uint64_t atTwoShotLimit = static_cast<uint64_t>(n) * (limit / 2) / es;
           for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{7}, atLimit - 1, atLimit,
-                                 atLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
+                                 atLimit + 1, atTwoShotLimit, atTwoShotLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
             cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, (caseId % 2) == 0, 0});
             cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kMax, count, (caseId % 2) != 0, 0});
           }
           for (const Case& c : cases) {
-            const AllReduceAlgorithm want =
-                algorithm != AllReduceAlgorithm::kAuto
-                    ? algorithm
-                    : (c.count * es <= limit ? AllReduceAlgorithm::kOneShotLL : AllReduceAlgorithm::kScatterGather);
+            const AllReduceAlgorithm above =
+                n > 2 ? AllReduceAlgorithm::kTwoShotLL : AllReduceAlgorithm::kScatterGather;
+            const AllReduceAlgorithm want = algorithm != AllReduceAlgorithm::kAuto ? algorithm
+                                            : c.count * es <= limit                ? AllReduceAlgorithm::kOneShotLL
+                                                                                   : above;
             EXPECT_EQ(r.coll->allReduceAlgorithmFor(c.count, type), want) << describe(c);
             runCase(*r.coll, c, caseId++, seed);
             if (::testing::Test::HasFailure()) break;
@@ -499,8 +503,8 @@ void allReduceWith(int size, AllReduceAlgorithm algorithm) {
 }
 
 void allReduceEachAlgorithm(int size) {
-  for (AllReduceAlgorithm algorithm :
-       {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kAuto}) {
+  for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather,
+                                       AllReduceAlgorithm::kTwoShotLL, AllReduceAlgorithm::kAuto}) {
     allReduceWith(size, algorithm);
   }
 }
@@ -542,6 +546,33 @@ TEST(CollectivesMpTest, OneShotBackToBackThreeRanks) {
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
+// The same for two-shot allreduces among four ranks, with counts from 1 element (three ranks with empty shares, which
+// still publish one packet each launch) up, and one-shot allgathers on the same packet buffers and epoch in between.
+TEST(CollectivesMpTest, TwoShotBackToBackFourRanks) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(4, [&](int rank, int n) {
+    CollectiveOptions o = smallScratch();
+    o.hostThreads = 2;
+    o.allReduceAlgorithm = AllReduceAlgorithm::kTwoShotLL;
+    Rank r(rank, n, id, o);
+    for (int i = 0; i < 200 && !::testing::Test::HasFailure(); ++i) {
+      if (rank == i % n && i % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      const DataType type = i % 2 == 0 ? DataType::kInt32 : DataType::kFloat16;
+      const uint64_t count = i % 4 == 0 ? 1 + static_cast<uint64_t>(i % 3) : 1 + static_cast<uint64_t>((i * 37) % 900);
+      runCase(*r.coll, {CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, i % 3 == 0, 0}, i, seed);
+      if (i % 5 == 4) {
+        runCase(*r.coll,
+                {CollectiveKind::kAllGather, DataType::kUint8, ReduceOp::kSum, 77 + static_cast<uint64_t>(i),
+                 i % 10 == 9, 0},
+                i + 1000, seed);
+      }
+    }
+    r.comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
 // WEFT_ALLREDUCE_ALGO chooses when the options leave the algorithm at auto; an explicit option wins; a value that
 // is none of the names is refused with kConfigError on every rank before any communication.
 TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
@@ -565,6 +596,13 @@ TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
     {
       CollectiveComm c(comm, smallScratch());
       EXPECT_EQ(c.allReduceAlgorithmFor(1 << 20, DataType::kFloat32), AllReduceAlgorithm::kOneShotLL);
+      comm->bootstrap().barrier();
+    }
+    ASSERT_EQ(setenv("WEFT_ALLREDUCE_ALGO", "twoshot_ll", 1), 0);
+    {
+      CollectiveComm c(comm, smallScratch());
+      EXPECT_EQ(c.allReduceAlgorithmFor(1, DataType::kFloat32), AllReduceAlgorithm::kTwoShotLL);
+      runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 100, false, 0}, 4, 5);
       comm->bootstrap().barrier();
     }
     ASSERT_EQ(setenv("WEFT_ALLREDUCE_ALGO", "fastest", 1), 0);

@@ -284,12 +284,14 @@ TEST(ConfigTest, CollectivesAllReduceRules) {
   EXPECT_TRUE(Config::defaults().allReduceRules.empty());
   Config c = Config::parse(
       "[[collectives.allreduce]]\nranks = 2\nmax_bytes = 65536\nalgorithm = \"oneshot_ll\"\n"
+      "[[collectives.allreduce]]\nranks = 4\nmax_bytes = 1048576\nalgorithm = \"twoshot_ll\"\n"
       "[[collectives.allreduce]]\nalgorithm = \"scatter_gather\"\n",
       "t.toml");
-  EXPECT_EQ(c.allReduceRules, (std::vector<AllReduceRule>{{2, 65536, "oneshot_ll"}, {0, 0, "scatter_gather"}}));
+  EXPECT_EQ(c.allReduceRules, (std::vector<AllReduceRule>{
+                                  {2, 65536, "oneshot_ll"}, {4, 1048576, "twoshot_ll"}, {0, 0, "scatter_gather"}}));
   EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"ring\"\n"),
             "weft.toml:2:13: 'collectives.allreduce[0].algorithm' must be one of \"oneshot_ll\", \"scatter_gather\", "
-            "got 'ring'");
+            "\"twoshot_ll\", got 'ring'");
   EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"oneshot_ll\"\n[[collectives.allreduce]]\n"
                        "max_bytes = -1\nalgorithm = \"oneshot_ll\"\n"),
             "weft.toml:4:13: 'collectives.allreduce[1].max_bytes' must be >= 0 (0: any size)");
