@@ -620,6 +620,27 @@ WEFT_HOST_DEVICE_INLINE T payloadElement(uint64_t payload, uint32_t e) {
   return v;
 }
 
+/// Packets j = j0 + u * stride (u < kOneShotUnroll) of `src` that lie below `count`, written under `flag` by rank
+/// `peer`: every load is issued first, then each packet not there yet is waited for within the budget (a timeout
+/// names the peer). payload[u] is 0 past `count`.
+WEFT_HOST_DEVICE_INLINE void readPacketRound(const OneShotArgs& a, uint64_t peer, const LL16Packet* src, uint32_t flag,
+                                             uint64_t count, uint64_t j0, uint64_t stride,
+                                             uint64_t (&payload)[kOneShotUnroll]) {
+  bool ready[kOneShotUnroll];
+  for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    const uint64_t j = j0 + u * stride;
+    uint32_t seen = 0;
+    payload[u] = 0;
+    ready[u] = j >= count || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
+  }
+  for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    if (!ready[u]) {
+      payload[u] = readPacket(src + j0 + u * stride, flag, a.ctx.budgetNs,
+                              WaitSite{a.ctx.record, a.ctx.rank, static_cast<int32_t>(peer), a.kind});
+    }
+  }
+}
+
 /// The reduction step of the LL16 paths: packets j = j0 + u * stride (u < kOneShotUnroll) of one share of `bytes`
 /// bytes, reduced in rank order 0..n-1 exactly as reduceOrdered does: this rank's own bytes from `own`, peer p's
 /// from packet `slotPacket + j` of slot (parity, p) of this rank's packet buffer, waiting for `flag` within the
@@ -648,19 +669,7 @@ WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t p
     } else {
       const auto* src =
           reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes) + slotPacket;
-      bool ready[kOneShotUnroll];
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-        const uint64_t j = j0 + u * stride;
-        uint32_t seen = 0;
-        payload[u] = 0;
-        ready[u] = j >= packets || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
-      }
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-        if (!ready[u]) {
-          payload[u] = readPacket(src + j0 + u * stride, flag, ctx.budgetNs,
-                                  WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
-        }
-      }
+      readPacketRound(a, p, src, flag, packets, j0, stride, payload);
     }
     for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
       for (uint32_t e = 0; e < kPer; ++e) {
@@ -789,20 +798,10 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
     uint8_t* out = a.recv + p * recvStride;
     for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
       uint64_t payload[kOneShotUnroll];
-      bool ready[kOneShotUnroll];
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-        const uint64_t j = j0 + u * stride;
-        uint32_t seen = 0;
-        payload[u] = 0;
-        ready[u] = j >= packets || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
-      }
+      readPacketRound(a, p, src, flag, packets, j0, stride, payload);
       for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j >= packets) break;
-        if (!ready[u]) {
-          payload[u] =
-              readPacket(src + j, flag, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
-        }
         detail::storePayload<LL16Packet>(out + j * 8, payload[u], bytes - j * 8);
       }
     }
@@ -910,19 +909,9 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
     const LL16Packet* src = slotOf(rank, p) + half;
     for (uint64_t j0 = team.flatId(); j0 < count; j0 += round) {
       uint64_t payload[kOneShotUnroll];
-      bool ready[kOneShotUnroll];
+      readPacketRound(a, p, src, flag, count, j0, stride, payload);
       for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
         const uint64_t j = j0 + u * stride;
-        uint32_t seen = 0;
-        payload[u] = 0;
-        ready[u] = j >= count || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
-      }
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-        const uint64_t j = j0 + u * stride;
-        if (!ready[u]) {
-          payload[u] =
-              readPacket(src + j, flag, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, static_cast<int32_t>(p), a.kind});
-        }
         if (j < count && j * 8 < len) {
           detail::storePayload<LL16Packet>(a.recv + p * share + j * 8, payload[u], len - j * 8);
         }
