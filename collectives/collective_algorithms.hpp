@@ -620,36 +620,47 @@ WEFT_HOST_DEVICE_INLINE T payloadElement(uint64_t payload, uint32_t e) {
   return v;
 }
 
-/// Packets j = j0 + u * stride (u < kOneShotUnroll) of `src` that lie below `count`, written under `flag` by rank
-/// `peer`: every load is issued first, then each packet not there yet is waited for within the budget (a timeout
-/// names the peer). payload[u] is 0 past `count`.
+/// Packets j = j0 + u * stride (u < U) of `src` that lie below `count`, written under `flag` by rank `peer`: every
+/// load is issued first, then the packets not there yet are polled in one loop within the budget (a timeout names the
+/// peer). payload[u] is 0 past `count`. One wait loop for all U packets keeps the unrolled kernels small.
+template <uint32_t U>
 WEFT_HOST_DEVICE_INLINE void readPacketRound(const OneShotArgs& a, uint64_t peer, const LL16Packet* src, uint32_t flag,
-                                             uint64_t count, uint64_t j0, uint64_t stride,
-                                             uint64_t (&payload)[kOneShotUnroll]) {
-  bool ready[kOneShotUnroll];
-  for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+                                             uint64_t count, uint64_t j0, uint64_t stride, uint64_t (&payload)[U]) {
+  bool ready[U];
+  bool all = true;
+  uint32_t seen = 0;
+  for (uint32_t u = 0; u < U; ++u) {
     const uint64_t j = j0 + u * stride;
-    uint32_t seen = 0;
     payload[u] = 0;
     ready[u] = j >= count || LL16Packet::tryLoad(src + j, flag, payload[u], seen);
+    all = all && ready[u];
   }
-  for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-    if (!ready[u]) {
-      payload[u] = readPacket(src + j0 + u * stride, flag, a.ctx.budgetNs,
-                              WaitSite{a.ctx.record, a.ctx.rank, static_cast<int32_t>(peer), a.kind});
-    }
+  if (all) return;
+  const bool arrived = spinWaitUntil(
+      [&] {
+        bool done = true;
+        for (uint32_t u = 0; u < U; ++u) {
+          if (!ready[u]) ready[u] = LL16Packet::tryLoad(src + j0 + u * stride, flag, payload[u], seen);
+          done = done && ready[u];
+        }
+        return done;
+      },
+      WaitBudget{a.ctx.budgetNs});
+  if (!arrived) {
+    reportWaitTimeout(WaitSite{a.ctx.record, a.ctx.rank, static_cast<int32_t>(peer), a.kind}, WaitOp::kPacketRead, flag,
+                      seen, a.ctx.budgetNs);
   }
 }
 
-/// The reduction step of the LL16 paths: packets j = j0 + u * stride (u < kOneShotUnroll) of one share of `bytes`
+/// The reduction step of the LL16 paths: packets j = j0 + u * stride (u < U) of one share of `bytes`
 /// bytes, reduced in rank order 0..n-1 exactly as reduceOrdered does: this rank's own bytes from `own`, peer p's
 /// from packet `slotPacket + j` of slot (parity, p) of this rank's packet buffer, waiting for `flag` within the
 /// budget (a timeout names the peer). out[u] gets the finished payload (the op's last step applied, NaNs canonical);
 /// 0 where j is past the share.
-template <class T>
+template <class T, uint32_t U>
 WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t parity, uint32_t flag,
                                                 const uint8_t* own, uint64_t bytes, uint64_t slotPacket, uint64_t j0,
-                                                uint64_t stride, uint64_t (&out)[kOneShotUnroll]) {
+                                                uint64_t stride, uint64_t (&out)[U]) {
   using Traits = ReduceTraits<T>;
   using Acc = typename Traits::Acc;
   constexpr uint32_t kPer = LL16Packet::kPayloadBytes / sizeof(T);  // elements per packet
@@ -658,27 +669,27 @@ WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t p
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
   const uint64_t packets = packetCount<LL16Packet>(bytes);
-  Acc acc[kOneShotUnroll][kPer];
+  Acc acc[U][kPer];
   for (uint64_t p = 0; p < n; ++p) {
-    uint64_t payload[kOneShotUnroll];
+    uint64_t payload[U];
     if (p == rank) {
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         payload[u] = j < packets ? detail::loadPayload<LL16Packet>(own + j * 8, bytes - j * 8) : 0;
       }
     } else {
       const auto* src =
           reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes) + slotPacket;
-      readPacketRound(a, p, src, flag, packets, j0, stride, payload);
+      readPacketRound<U>(a, p, src, flag, packets, j0, stride, payload);
     }
-    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    for (uint32_t u = 0; u < U; ++u) {
       for (uint32_t e = 0; e < kPer; ++e) {
         const Acc v = Traits::load(payloadElement<T>(payload[u], e));
         acc[u][e] = p == 0 ? v : reduceCombine(a.op, acc[u][e], v);
       }
     }
   }
-  for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+  for (uint32_t u = 0; u < U; ++u) {
     out[u] = 0;
     if (j0 + u * stride >= packets) continue;
     for (uint32_t e = 0; e < kPer; ++e) {
@@ -701,7 +712,7 @@ WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t p
 /// Why two parities are enough: a rank starts launch k + 2, which overwrites parity k & 1 in its peers, only after
 /// its launch k + 1 read every peer's packets of launch k + 1; a peer writes those only in its launch k + 1,
 /// which starts after its launch k (the reader of parity k & 1) has finished.
-template <class T, class TeamT>
+template <class T, uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) {
   const CollectiveContext& ctx = a.ctx;
   const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
@@ -712,24 +723,24 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
   const uint64_t stride = team.flatCount();
-  const uint64_t round = stride * kOneShotUnroll;
+  const uint64_t round = stride * U;
 
   // Puts: this rank's packets into slot (parity, rank) of every peer.
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
-    uint64_t payload[kOneShotUnroll];
+    uint64_t payload[U];
     bool loaded = false;
     for (uint64_t p = 0; p < n; ++p) {
       if (p == rank) continue;
       if (!loaded || a.sendStride != 0) {
         const uint8_t* src = a.send + p * a.sendStride;
-        for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+        for (uint32_t u = 0; u < U; ++u) {
           const uint64_t j = j0 + u * stride;
           payload[u] = j < packets ? detail::loadPayload<LL16Packet>(src + j * 8, bytes - j * 8) : 0;
         }
         loaded = true;
       }
       auto* dst = reinterpret_cast<LL16Packet*>(a.packets[p] + (parity * n + rank) * a.slotBytes);
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
       }
@@ -739,9 +750,9 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
   // Reduction in rank order.
   const uint8_t* own = a.send + rank * a.sendStride;
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
-    uint64_t out[kOneShotUnroll];
-    reduceSharePackets<T>(a, parity, flag, own, bytes, 0, j0, stride, out);
-    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    uint64_t out[U];
+    reduceSharePackets<T, U>(a, parity, flag, own, bytes, 0, j0, stride, out);
+    for (uint32_t u = 0; u < U; ++u) {
       const uint64_t j = j0 + u * stride;
       if (j >= packets) break;
       detail::storePayload<LL16Packet>(a.recv + j * 8, out[u], bytes - j * 8);
@@ -756,7 +767,11 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
 /// and this rank's own bytes from send into recv + rank * recvStride (skipped in place). It shares the packet
 /// buffers and the epoch with the one-shot allreduce: every launch of either reads every peer's packets, which is
 /// what the two-parity argument above needs. `a.count` is in bytes here.
-template <class TeamT>
+///
+/// With a.sendStride != 0 it is a one-shot allToAll: peer p gets the `count` bytes at send + p * sendStride, and this
+/// rank's own block goes from send + rank * sendStride to recv + rank * recvStride. In place (send == recv, equal
+/// strides) is safe: the worker of packet j reads packet j of every block before it writes any.
+template <uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, uint64_t recvStride) {
   const CollectiveContext& ctx = a.ctx;
   const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
@@ -767,25 +782,33 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
   const uint64_t stride = team.flatCount();
-  const uint64_t round = stride * kOneShotUnroll;
+  const uint64_t round = stride * U;
 
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
-    uint64_t payload[kOneShotUnroll];
-    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
-      const uint64_t j = j0 + u * stride;
-      payload[u] = j < packets ? detail::loadPayload<LL16Packet>(a.send + j * 8, bytes - j * 8) : 0;
-    }
+    uint64_t payload[U];
+    bool loaded = false;  // payload holds a block of send (the only one when sendStride is 0)
+    auto load = [&](uint64_t block) {
+      if (loaded && a.sendStride == 0) return;
+      for (uint32_t u = 0; u < U; ++u) {
+        const uint64_t j = j0 + u * stride;
+        payload[u] =
+            j < packets ? detail::loadPayload<LL16Packet>(a.send + block * a.sendStride + j * 8, bytes - j * 8) : 0;
+      }
+      loaded = true;
+    };
     for (uint64_t p = 0; p < n; ++p) {
       if (p == rank) continue;
+      load(p);
       auto* dst = reinterpret_cast<LL16Packet*>(a.packets[p] + (parity * n + rank) * a.slotBytes);
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
       }
     }
     uint8_t* own = a.recv + rank * recvStride;
-    if (own != a.send) {
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    if (own != a.send + rank * a.sendStride) {
+      load(rank);
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j < packets) detail::storePayload<LL16Packet>(own + j * 8, payload[u], bytes - j * 8);
       }
@@ -797,9 +820,9 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
     const auto* src = reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes);
     uint8_t* out = a.recv + p * recvStride;
     for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
-      uint64_t payload[kOneShotUnroll];
-      readPacketRound(a, p, src, flag, packets, j0, stride, payload);
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      uint64_t payload[U];
+      readPacketRound<U>(a, p, src, flag, packets, j0, stride, payload);
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j >= packets) break;
         detail::storePayload<LL16Packet>(out + j * 8, payload[u], bytes - j * 8);
@@ -839,7 +862,7 @@ WEFT_HOST_DEVICE_INLINE uint64_t twoShotShareLength(uint64_t bytes, uint64_t sha
 /// and no other worker touches packet j. The two-parity argument of allReduceOneShot needs every launch to read a
 /// packet of every peer: a rank whose share is empty (a message shorter than n packets) still publishes one packet
 /// in step 2, which its peers read and drop.
-template <class T, class TeamT>
+template <class T, uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) {
   const CollectiveContext& ctx = a.ctx;
   const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
@@ -851,7 +874,7 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
   const uint64_t share = twoShotShareBytes(bytes, n);
   const uint64_t half = share / LL16Packet::kPayloadBytes;  // packets of the first half of a slot
   const uint64_t stride = team.flatCount();
-  const uint64_t round = stride * kOneShotUnroll;
+  const uint64_t round = stride * U;
   auto slotOf = [&](uint64_t owner, uint64_t source) {
     return reinterpret_cast<LL16Packet*>(a.packets[owner] + (parity * n + source) * a.slotBytes);
   };
@@ -868,13 +891,13 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
       const uint64_t len = twoShotShareLength(bytes, share, p);
       const uint64_t packets = packetCount<LL16Packet>(len);
       const uint8_t* src = a.send + p * share;
-      uint64_t payload[kOneShotUnroll];
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      uint64_t payload[U];
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         payload[u] = j < packets ? detail::loadPayload<LL16Packet>(src + j * 8, len - j * 8) : 0;
       }
       LL16Packet* dst = slotOf(p, rank);
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
       }
@@ -885,16 +908,16 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
   const uint64_t mine = twoShotShareLength(bytes, share, rank);
   const uint64_t minePackets = packetCount<LL16Packet>(mine);
   for (uint64_t j0 = team.flatId(); j0 < published(rank); j0 += round) {
-    uint64_t out[kOneShotUnroll];
-    reduceSharePackets<T>(a, parity, flag, a.send + rank * share, mine, 0, j0, stride, out);
-    for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+    uint64_t out[U];
+    reduceSharePackets<T, U>(a, parity, flag, a.send + rank * share, mine, 0, j0, stride, out);
+    for (uint32_t u = 0; u < U; ++u) {
       const uint64_t j = j0 + u * stride;
       if (j < minePackets) detail::storePayload<LL16Packet>(a.recv + rank * share + j * 8, out[u], mine - j * 8);
     }
     for (uint64_t p = 0; p < n; ++p) {
       if (p == rank) continue;
       LL16Packet* dst = slotOf(p, rank) + half;
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j < published(rank)) LL16Packet::store(dst + j, out[u], flag);
       }
@@ -908,9 +931,9 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
     const uint64_t count = published(p);
     const LL16Packet* src = slotOf(rank, p) + half;
     for (uint64_t j0 = team.flatId(); j0 < count; j0 += round) {
-      uint64_t payload[kOneShotUnroll];
-      readPacketRound(a, p, src, flag, count, j0, stride, payload);
-      for (uint32_t u = 0; u < kOneShotUnroll; ++u) {
+      uint64_t payload[U];
+      readPacketRound<U>(a, p, src, flag, count, j0, stride, payload);
+      for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         if (j < count && j * 8 < len) {
           detail::storePayload<LL16Packet>(a.recv + p * share + j * 8, payload[u], len - j * 8);

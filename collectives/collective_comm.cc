@@ -423,7 +423,7 @@ class CollectiveCommImpl {
     if (sendCount == 0) return;
     const uint64_t bytes = sendCount * dataTypeBytes(type);
     if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_) {
-      allGatherOneShot(send, recv, bytes, stream);
+      gatherPackets(CollectiveKind::kAllGather, send, recv, bytes, 0, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllGather);
@@ -490,6 +490,16 @@ class CollectiveCommImpl {
     const uint64_t bytes = checkedMul(count, dataTypeBytes(type), what);
     checkedMul(bytes, static_cast<uint64_t>(size_), what);
     if (count == 0) return;
+    const auto* s8 = static_cast<const uint8_t*>(send);
+    const auto* r8 = static_cast<const uint8_t*>(recv);
+    const uint64_t all = bytes * static_cast<uint64_t>(size_);
+    const bool overlap = s8 < r8 + all && r8 < s8 + all;
+    // Small blocks go one-shot as packets (in place only when send is recv: the packet worker reads each packet of
+    // every block before writing it, which a shifted overlap would break).
+    if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_ && (!overlap || s8 == r8)) {
+      gatherPackets(CollectiveKind::kAllToAll, send, recv, bytes, bytes, stream);
+      return;
+    }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllToAll);
     for (int p = 0; p < size_; ++p) {
       const uint64_t off = bytes * static_cast<uint64_t>(p);
@@ -499,11 +509,8 @@ class CollectiveCommImpl {
     // The staged path reads the entries; the zero-copy one reads send, recv and count. It pulls block `rank` of
     // every peer's send into recv, so a rank whose buffers overlap (in place) offers nothing and every rank stages.
     fill(a, send, recv, count, ReduceOp::kSum, 0);
-    const uint64_t all = bytes * static_cast<uint64_t>(size_);
     offer(a, send, all, recv, all);
-    const auto* s8 = static_cast<const uint8_t*>(send);
-    const auto* r8 = static_cast<const uint8_t*>(recv);
-    if (s8 < r8 + all && r8 < s8 + all) a.offer.sendReg = -1;
+    if (overlap) a.offer.sendReg = -1;
     run(a, type, stream);
   }
 
@@ -615,13 +622,16 @@ class CollectiveCommImpl {
     }
   }
 
-  // One one-shot allgather launch: every rank's `bytes` go as packets (bytes <= oneShotLimitBytes_).
-  void allGatherOneShot(const void* send, void* recv, uint64_t bytes, hipStream_t stream) {
+  // One one-shot launch of allGatherOneShot (bytes <= oneShotLimitBytes_): an allgather of every rank's `bytes`
+  // (sendStride 0) or an allToAll of blocks of `bytes` (sendStride = bytes).
+  void gatherPackets(CollectiveKind kind, const void* send, void* recv, uint64_t bytes, uint64_t sendStride,
+                     hipStream_t stream) {
     OneShotArgs a{};
     a.ctx = context_;
     a.state = oneShotState_;
     a.slotBytes = oneShotSlotBytes_;
-    a.kind = static_cast<int32_t>(CollectiveKind::kAllGather);
+    a.kind = static_cast<int32_t>(kind);
+    a.sendStride = sendStride;
     for (int p = 0; p < size_; ++p) a.packets[p] = packetPeers_[static_cast<size_t>(p)];
     a.count = bytes;
     a.send = static_cast<const uint8_t*>(send);
@@ -631,11 +641,12 @@ class CollectiveCommImpl {
     try {
       e = launchAllGatherOneShot(a, bytes, oneShotBlocks_, hostThreads_, stream);
     } catch (const Error& error) {
-      throw Error(error.code(), std::string("allgather: ") + error.message());
+      throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
     }
     if (e != hipSuccess) {
       checkError();
-      throw Error(ErrorCode::kGpuError, std::string("allgather: kernel launch failed: ") + hipGetErrorString(e));
+      throw Error(ErrorCode::kGpuError,
+                  std::string(collectiveKindName(kind)) + ": kernel launch failed: " + hipGetErrorString(e));
     }
   }
 

@@ -1,11 +1,11 @@
 // The collective kernels (GPU builds) and the host thread team (WEFT_GPU=none) around the algorithms of
 // collective_algorithms.hpp, dispatched on the element type.
+#include <algorithm>
 #include <weft/reduce_device.hpp>
 
 #include "collective_launch.hpp"
 
 #if !defined(WEFT_COMPILER_CUDA) && !defined(WEFT_COMPILER_HIP)
-#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <mutex>
@@ -59,18 +59,22 @@ WEFT_GLOBAL void __launch_bounds__(kGpuThreads) reducingKernel(CollectiveArgs ar
   runReducing<T>(gpuTeam(), args);
 }
 
-template <class T>
+// The LL16 kernels come in two unrollings: U = kOneShotUnroll where a worker handles several packets per round,
+// U = 1 where every worker has at most one (small messages): that kernel's code is a fraction of the size, and a
+// small message's time is mostly the cold instruction fetch of whatever the kernel runs.
+template <class T, uint32_t U>
 WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotKernel(OneShotArgs args) {
-  allReduceOneShot<T>(gpuTeam(), args);
+  allReduceOneShot<T, U>(gpuTeam(), args);
 }
 
-template <class T>
+template <class T, uint32_t U>
 WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) twoShotKernel(OneShotArgs args) {
-  allReduceTwoShot<T>(gpuTeam(), args);
+  allReduceTwoShot<T, U>(gpuTeam(), args);
 }
 
+template <uint32_t U>
 WEFT_GLOBAL void __launch_bounds__(kOneShotThreads) oneShotGatherKernel(OneShotArgs args, uint64_t recvStride) {
-  allGatherOneShot(gpuTeam(), args, recvStride);
+  allGatherOneShot<U>(gpuTeam(), args, recvStride);
 }
 
 WEFT_GLOBAL void __launch_bounds__(kGpuThreads) movingKernel(CollectiveArgs args, uint64_t elementBytes) {
@@ -141,11 +145,12 @@ int stagedBlocksPerSm() {
 
 // Blocks per SM of the heaviest LL16 kernel, one-shot or two-shot (one 256-thread block on sm_90).
 int oneShotBlocksPerSm() {
-  int perSm = blocksPerSm(oneShotGatherKernel);
+  int perSm = std::min(blocksPerSm(oneShotGatherKernel<kOneShotUnroll>), blocksPerSm(oneShotGatherKernel<1>));
   for (int t = 0; t < kDataTypeCount; ++t) {
     withElementType(static_cast<DataType>(t), [&](auto element) {
-      perSm = std::min(perSm, blocksPerSm(oneShotKernel<decltype(element)>));
-      perSm = std::min(perSm, blocksPerSm(twoShotKernel<decltype(element)>));
+      using T = decltype(element);
+      perSm = std::min({perSm, blocksPerSm(oneShotKernel<T, kOneShotUnroll>), blocksPerSm(oneShotKernel<T, 1>),
+                        blocksPerSm(twoShotKernel<T, kOneShotUnroll>), blocksPerSm(twoShotKernel<T, 1>)});
     });
   }
   return perSm;
@@ -223,6 +228,11 @@ uint32_t packetGridBlocks(uint64_t packets, uint32_t maxBlocks) {
   const uint64_t blocks = (packets + perBlock - 1) / perBlock;
   return static_cast<uint32_t>(blocks == 0 ? 1 : (blocks > most ? most : blocks));
 }
+
+// Whether `blocks` blocks give every packet a worker of its own (the U = 1 kernels).
+bool onePacketPerWorker(uint64_t packets, uint32_t blocks) {
+  return packets <= static_cast<uint64_t>(blocks) * kOneShotThreads;
+}
 }  // namespace
 #endif
 
@@ -235,13 +245,12 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
   const uint64_t packets =
       packetCount<LL16Packet>(twoShot ? twoShotShareBytes(bytes, static_cast<uint64_t>(args.ctx.size)) : bytes);
   const uint32_t blocks = packetGridBlocks(packets, maxBlocks);
+  const bool small = onePacketPerWorker(packets, blocks);
   withElementType(type, [&](auto element) {
     using T = decltype(element);
-    if (twoShot) {
-      twoShotKernel<T><<<blocks, kOneShotThreads, 0, stream>>>(args);
-    } else {
-      oneShotKernel<T><<<blocks, kOneShotThreads, 0, stream>>>(args);
-    }
+    void (*kernel)(OneShotArgs) = twoShot ? (small ? twoShotKernel<T, 1> : twoShotKernel<T, kOneShotUnroll>)
+                                          : (small ? oneShotKernel<T, 1> : oneShotKernel<T, kOneShotUnroll>);
+    kernel<<<blocks, kOneShotThreads, 0, stream>>>(args);
   });
   return hipGetLastError();
 #else
@@ -266,8 +275,11 @@ hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, 
                                   uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
-  oneShotGatherKernel<<<packetGridBlocks(packetCount<LL16Packet>(args.count), maxBlocks), kOneShotThreads, 0, stream>>>(
-      args, recvStride);
+  const uint64_t packets = packetCount<LL16Packet>(args.count);
+  const uint32_t blocks = packetGridBlocks(packets, maxBlocks);
+  void (*kernel)(OneShotArgs, uint64_t) =
+      onePacketPerWorker(packets, blocks) ? oneShotGatherKernel<1> : oneShotGatherKernel<kOneShotUnroll>;
+  kernel<<<blocks, kOneShotThreads, 0, stream>>>(args, recvStride);
   return hipGetLastError();
 #else
   (void)stream;

@@ -27,11 +27,15 @@
 #define WEFT_HOST_DEVICE __host__ __device__
 #define WEFT_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 #define WEFT_DEVICE_INLINE __device__ __forceinline__
+/// Cold paths called from hot loops (a wait that ran out): kept out of line, so that every inlined copy of the loop
+/// stays small and a kernel's hot path fits the instruction cache.
+#define WEFT_HOST_DEVICE_NOINLINE inline __host__ __device__ __noinline__
 #define WEFT_GLOBAL __global__
 #else
 #define WEFT_HOST_DEVICE
 #define WEFT_HOST_DEVICE_INLINE inline
 #define WEFT_DEVICE_INLINE inline
+#define WEFT_HOST_DEVICE_NOINLINE inline
 #define WEFT_GLOBAL
 #endif
 
