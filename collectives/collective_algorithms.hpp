@@ -588,6 +588,9 @@ struct OneShotArgs {
   uint64_t slotBytes;  ///< bytes of one (parity, source) slot: room for the packets of one launch
   ReduceOp op;
   int32_t kind;
+  /// -1: every rank's data goes to every rank. Otherwise the rank whose result this launch is for (reduce: only it
+  /// writes recv) or whose data it carries (broadcast: the others publish one token packet, see allGatherOneShot).
+  int32_t root;
   uint64_t count;       ///< elements of this launch
   uint64_t sendStride;  ///< bytes between the inputs for consecutive ranks in send (reduceScatter); 0: one input
   const uint8_t* send;
@@ -706,6 +709,9 @@ WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t p
 /// within the budget; a timeout names the peer) exactly as reduceOrdered does, and writes recv. The same worker
 /// reads and writes the bytes of packet j, so send == recv is safe.
 ///
+/// With a.root >= 0 it is a one-shot reduce: every rank reduces, only the root writes recv (the others leave theirs
+/// untouched).
+///
 /// With a.sendStride != 0 it is a one-shot reduceScatter: peer p gets the a.count elements at send + p * sendStride
 /// and this rank reduces its own (send + rank * sendStride, which in place is recv) with what every peer sent it.
 ///
@@ -747,14 +753,15 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
     }
   }
 
-  // Reduction in rank order.
+  // Reduction in rank order (a reduce: only the root writes recv).
+  const bool writesRecv = a.root < 0 || rank == static_cast<uint64_t>(a.root);
   const uint8_t* own = a.send + rank * a.sendStride;
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
     uint64_t out[U];
     reduceSharePackets<T, U>(a, parity, flag, own, bytes, 0, j0, stride, out);
     for (uint32_t u = 0; u < U; ++u) {
       const uint64_t j = j0 + u * stride;
-      if (j >= packets) break;
+      if (j >= packets || !writesRecv) break;
       detail::storePayload<LL16Packet>(a.recv + j * 8, out[u], bytes - j * 8);
     }
   }
@@ -771,6 +778,10 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
 /// With a.sendStride != 0 it is a one-shot allToAll: peer p gets the `count` bytes at send + p * sendStride, and this
 /// rank's own block goes from send + rank * sendStride to recv + rank * recvStride. In place (send == recv, equal
 /// strides) is safe: the worker of packet j reads packet j of every block before it writes any.
+///
+/// With a.root >= 0 (and recvStride 0) it is a one-shot broadcast: the root's packets go to every peer, which copies
+/// them into recv; every other rank publishes a single token packet, so that every launch still reads a packet of
+/// every peer (the two-parity argument).
 template <uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, uint64_t recvStride) {
   const CollectiveContext& ctx = a.ctx;
@@ -784,11 +795,16 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
   const uint64_t stride = team.flatCount();
   const uint64_t round = stride * U;
 
+  const bool rooted = a.root >= 0;
+  const bool sender = !rooted || rank == static_cast<uint64_t>(a.root);  // this launch carries this rank's data
+  // Packets rank p publishes: its data, or one token when the launch carries only the root's.
+  auto publishedBy = [&](uint64_t p) { return !rooted || p == static_cast<uint64_t>(a.root) ? packets : uint64_t{1}; };
+
   for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
-    uint64_t payload[U];
+    uint64_t payload[U] = {};
     bool loaded = false;  // payload holds a block of send (the only one when sendStride is 0)
     auto load = [&](uint64_t block) {
-      if (loaded && a.sendStride == 0) return;
+      if ((loaded && a.sendStride == 0) || !sender) return;
       for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
         payload[u] =
@@ -802,11 +818,11 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
       auto* dst = reinterpret_cast<LL16Packet*>(a.packets[p] + (parity * n + rank) * a.slotBytes);
       for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
-        if (j < packets) LL16Packet::store(dst + j, payload[u], flag);
+        if (j < publishedBy(rank)) LL16Packet::store(dst + j, payload[u], flag);
       }
     }
     uint8_t* own = a.recv + rank * recvStride;
-    if (own != a.send + rank * a.sendStride) {
+    if (sender && own != a.send + rank * a.sendStride) {
       load(rank);
       for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
@@ -819,12 +835,14 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
     if (p == rank) continue;
     const auto* src = reinterpret_cast<const LL16Packet*>(a.packets[rank] + (parity * n + p) * a.slotBytes);
     uint8_t* out = a.recv + p * recvStride;
-    for (uint64_t j0 = team.flatId(); j0 < packets; j0 += round) {
+    const uint64_t count = publishedBy(p);
+    const bool data = !rooted || p == static_cast<uint64_t>(a.root);  // else a token, which carries nothing
+    for (uint64_t j0 = team.flatId(); j0 < count; j0 += round) {
       uint64_t payload[U];
-      readPacketRound<U>(a, p, src, flag, packets, j0, stride, payload);
+      readPacketRound<U>(a, p, src, flag, count, j0, stride, payload);
       for (uint32_t u = 0; u < U; ++u) {
         const uint64_t j = j0 + u * stride;
-        if (j >= packets) break;
+        if (j >= count || !data) break;
         detail::storePayload<LL16Packet>(out + j * 8, payload[u], bytes - j * 8);
       }
     }

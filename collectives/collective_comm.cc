@@ -277,7 +277,7 @@ class CollectiveCommImpl {
     const AllReduceAlgorithm algorithm = allReduceAlgorithmFor(count, type);
     if (algorithm == AllReduceAlgorithm::kOneShotLL || algorithm == AllReduceAlgorithm::kTwoShotLL) {
       reducePackets(CollectiveKind::kAllReduce, send, recv, count, 0, type, op,
-                    algorithm == AllReduceAlgorithm::kTwoShotLL, stream);
+                    algorithm == AllReduceAlgorithm::kTwoShotLL, -1, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
@@ -423,7 +423,7 @@ class CollectiveCommImpl {
     if (sendCount == 0) return;
     const uint64_t bytes = sendCount * dataTypeBytes(type);
     if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_) {
-      gatherPackets(CollectiveKind::kAllGather, send, recv, bytes, 0, stream);
+      gatherPackets(CollectiveKind::kAllGather, send, recv, bytes, 0, bytes, -1, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllGather);
@@ -440,7 +440,7 @@ class CollectiveCommImpl {
     if (recvCount == 0) return;
     if (oneShotLimitBytes_ != 0 && recvCount * dataTypeBytes(type) <= oneShotLimitBytes_) {
       reducePackets(CollectiveKind::kReduceScatter, send, recv, recvCount, recvCount * dataTypeBytes(type), type, op,
-                    false, stream);
+                    false, -1, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kReduceScatter);
@@ -458,8 +458,12 @@ class CollectiveCommImpl {
     if (count > 0 && rank_ == root && send == nullptr) {
       throw Error(ErrorCode::kInvalidArgument, "broadcast: null send buffer on the root");
     }
-    checkedMul(count, dataTypeBytes(type), what);
+    const uint64_t bytes = checkedMul(count, dataTypeBytes(type), what);
     if (count == 0) return;
+    if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_) {
+      gatherPackets(CollectiveKind::kBroadcast, send, recv, bytes, 0, 0, root, stream);
+      return;
+    }
     CollectiveArgs a = baseArgs(CollectiveKind::kBroadcast);
     fill(a, send, recv, count, ReduceOp::kSum, root);
     offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
@@ -474,8 +478,12 @@ class CollectiveCommImpl {
     if (count > 0 && rank_ == root && recv == nullptr) {
       throw Error(ErrorCode::kInvalidArgument, "reduce: null recv buffer on the root");
     }
-    checkedMul(count, dataTypeBytes(type), what);
+    const uint64_t bytes = checkedMul(count, dataTypeBytes(type), what);
     if (count == 0) return;
+    if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_) {
+      reducePackets(CollectiveKind::kReduce, send, recv, count, 0, type, op, false, root, stream);
+      return;
+    }
     CollectiveArgs a = baseArgs(CollectiveKind::kReduce);
     fill(a, send, recv, count, op, root);
     offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
@@ -497,7 +505,7 @@ class CollectiveCommImpl {
     // Small blocks go one-shot as packets (in place only when send is recv: the packet worker reads each packet of
     // every block before writing it, which a shifted overlap would break).
     if (oneShotLimitBytes_ != 0 && bytes <= oneShotLimitBytes_ && (!overlap || s8 == r8)) {
-      gatherPackets(CollectiveKind::kAllToAll, send, recv, bytes, bytes, stream);
+      gatherPackets(CollectiveKind::kAllToAll, send, recv, bytes, bytes, bytes, -1, stream);
       return;
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllToAll);
@@ -589,10 +597,10 @@ class CollectiveCommImpl {
 
  private:
   // LL16 launches of at most oneShotLimitBytes_ (one-shot) or twoShotLimitBytes_ (two-shot) each: an allreduce
-  // (sendStride 0) or a one-shot reduceScatter of `count` elements per rank, whose input for rank p starts at
-  // send + p * sendStride.
+  // (sendStride 0, root -1), a one-shot reduce (root: the rank that writes recv) or a one-shot reduceScatter of
+  // `count` elements per rank, whose input for rank p starts at send + p * sendStride.
   void reducePackets(CollectiveKind kind, const void* send, void* recv, uint64_t count, uint64_t sendStride,
-                     DataType type, ReduceOp op, bool twoShot, hipStream_t stream) {
+                     DataType type, ReduceOp op, bool twoShot, int root, hipStream_t stream) {
     const char* what = collectiveKindName(kind);
     const uint64_t es = dataTypeBytes(type);
     const uint64_t chunk = (twoShot ? twoShotLimitBytes_ : oneShotLimitBytes_) / es;
@@ -602,6 +610,7 @@ class CollectiveCommImpl {
     a.slotBytes = oneShotSlotBytes_;
     a.op = op;
     a.kind = static_cast<int32_t>(kind);
+    a.root = root;
     a.sendStride = sendStride;
     for (int p = 0; p < size_; ++p) a.packets[p] = packetPeers_[static_cast<size_t>(p)];
     for (uint64_t start = 0; start < count; start += chunk) {
@@ -623,14 +632,16 @@ class CollectiveCommImpl {
   }
 
   // One one-shot launch of allGatherOneShot (bytes <= oneShotLimitBytes_): an allgather of every rank's `bytes`
-  // (sendStride 0) or an allToAll of blocks of `bytes` (sendStride = bytes).
+  // (sendStride 0, recvStride bytes), an allToAll of blocks of `bytes` (both strides bytes) or a broadcast of the
+  // root's `bytes` (both strides 0).
   void gatherPackets(CollectiveKind kind, const void* send, void* recv, uint64_t bytes, uint64_t sendStride,
-                     hipStream_t stream) {
+                     uint64_t recvStride, int root, hipStream_t stream) {
     OneShotArgs a{};
     a.ctx = context_;
     a.state = oneShotState_;
     a.slotBytes = oneShotSlotBytes_;
     a.kind = static_cast<int32_t>(kind);
+    a.root = root;
     a.sendStride = sendStride;
     for (int p = 0; p < size_; ++p) a.packets[p] = packetPeers_[static_cast<size_t>(p)];
     a.count = bytes;
@@ -639,7 +650,7 @@ class CollectiveCommImpl {
     checkError();
     hipError_t e = hipSuccess;
     try {
-      e = launchAllGatherOneShot(a, bytes, oneShotBlocks_, hostThreads_, stream);
+      e = launchAllGatherOneShot(a, recvStride, oneShotBlocks_, hostThreads_, stream);
     } catch (const Error& error) {
       throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
     }
