@@ -122,12 +122,13 @@ constexpr AllReduceAlgorithm kAllReduceAlgorithms[] = {AllReduceAlgorithm::kAuto
                                                        AllReduceAlgorithm::kScatterGather,
                                                        AllReduceAlgorithm::kTwoShotLL};
 
-// With more than two ranks, kAuto's built-in choice sends a message one-shot up to this many bytes (and the one-shot
-// limit), two-shot up to kTwoShotMaxBytes, scatter-gather beyond: the one-shot writes 2(n-1) times the message in
-// packets per rank, the two-shot 4(n-1)/n times for a second packet latency, and the staged path's three rank syncs
-// stop mattering from a few MB. Starting points to be moved to measured crossovers (weft-bench collectives --tune).
-constexpr uint64_t kOneShotBeforeTwoShotBytes = 64 << 10;
-constexpr uint64_t kTwoShotMaxBytes = 2 << 20;
+// With more than two ranks, kAuto's built-in choice sends a message past the one-shot limit two-shot up to this many
+// bytes divided by the rank count, scatter-gather beyond: the two-shot writes 4(n-1)/n times the message in packets
+// per rank (twice its bytes through the packets' flags), and the staged path's rank syncs stop dominating from about
+// a megabyte. Measured with weft-bench collectives --tune on one H100 shared by 4 and 8 ranks: the two-shot beat the
+// staged path at 1 MB among 4 (39 against 44 us) and at 256 KB among 8 (32 against 57), and lost at 4 MB among 4
+// (147 against 67) and at 1 MB among 8 (81 against 68).
+constexpr uint64_t kTwoShotBudgetBytes = 4 << 20;
 
 // The algorithm the options ask for: an explicit one as given, kAuto as WEFT_ALLREDUCE_ALGO says (kAuto when unset).
 AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
@@ -407,12 +408,10 @@ class CollectiveCommImpl {
     }
     // One launch, and no larger than the limit: a bigger message moves 2(n-1) times its size in packets per rank,
     // where the staged path's fixed cost (three rank syncs) no longer dominates. More than two ranks: the two-shot
-    // between (kOneShotBeforeTwoShotBytes).
-    if (size_ <= 2) {
-      return count <= oneShotLimitBytes_ / es ? AllReduceAlgorithm::kOneShotLL : AllReduceAlgorithm::kScatterGather;
-    }
-    if (count <= std::min(oneShotLimitBytes_, kOneShotBeforeTwoShotBytes) / es) return AllReduceAlgorithm::kOneShotLL;
-    return count <= kTwoShotMaxBytes / es ? AllReduceAlgorithm::kTwoShotLL : AllReduceAlgorithm::kScatterGather;
+    // next, up to kTwoShotBudgetBytes / n.
+    if (count <= oneShotLimitBytes_ / es) return AllReduceAlgorithm::kOneShotLL;
+    const uint64_t twoShotMost = kTwoShotBudgetBytes / static_cast<uint64_t>(size_);
+    return size_ > 2 && count <= twoShotMost / es ? AllReduceAlgorithm::kTwoShotLL : AllReduceAlgorithm::kScatterGather;
   }
 
   void allGather(const void* send, void* recv, uint64_t sendCount, DataType type, hipStream_t stream) {

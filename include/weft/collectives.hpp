@@ -101,10 +101,10 @@ struct CollectiveOptions {
   /// end up with the same setting.
   AllReduceAlgorithm allReduceAlgorithm = AllReduceAlgorithm::kAuto;
   /// Sizes the LL16 paths: among n ranks one one-shot launch carries up to L = oneShotMaxBytes / (n - 1) bytes
-  /// (rounded down to 16, at least 16), one two-shot launch up to n * L / 2. kAuto sends a message one-shot up to L
-  /// (with more than two ranks, up to min(L, 64 KiB)), two-shot above that up to 2 MiB when more than two ranks
-  /// share it, and scatter-gather beyond. Each rank holds 2 * n * 2 * L bytes of packet buffer. 0 disables both
-  /// (kOneShotLL and kTwoShotLL then fall back to kScatterGather). Every rank must pass the same value.
+  /// (rounded down to 16, at least 16), one two-shot launch up to n * L / 2. kAuto sends a message one-shot up to L,
+  /// two-shot above that up to 4 MiB / n when more than two ranks share it, and scatter-gather beyond. Each rank holds
+  /// 2 * n * 2 * L bytes of packet buffer. 0 disables both (kOneShotLL and kTwoShotLL then fall back to
+  /// kScatterGather). Every rank must pass the same value.
   uint64_t oneShotMaxBytes = 1ull << 20;
 };
 

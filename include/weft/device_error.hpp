@@ -77,8 +77,8 @@ namespace detail {
 
 /// Records a wait that ran out (the first report wins; later ones only stop their own thread) and stops:
 /// in device code with a trap, which ends the kernel; in host code by throwing Error(kTimeout).
-WEFT_HOST_DEVICE_NOINLINE void reportWaitTimeout(const WaitSite& site, WaitOp op, uint64_t expected,
-                                                 uint64_t observed, uint64_t budgetNs) {
+WEFT_HOST_DEVICE_NOINLINE void reportWaitTimeout(const WaitSite& site, WaitOp op, uint64_t expected, uint64_t observed,
+                                                 uint64_t budgetNs) {
   DeviceErrorRecord local{
       2, static_cast<uint32_t>(op), site.rank, site.peer, site.channel, 0, expected, observed, budgetNs, nullptr};
   if (site.record != nullptr) {
