@@ -221,15 +221,12 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
 namespace {
-// Blocks for `packets` packets, 1..maxBlocks (0: kOneShotMaxBlocks): one packet per thread where the cap allows it
-// (the small U = 1 kernels, and the most threads waiting on packets at once), else about kOneShotPacketsPerThread.
+// Blocks for `packets` packets (about kOneShotPacketsPerThread per thread), 1..maxBlocks (0: kOneShotMaxBlocks).
 uint32_t packetGridBlocks(uint64_t packets, uint32_t maxBlocks) {
   const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
-  const uint64_t single = (packets + kOneShotThreads - 1) / kOneShotThreads;
-  if (single <= most) return static_cast<uint32_t>(single == 0 ? 1 : single);
   const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
   const uint64_t blocks = (packets + perBlock - 1) / perBlock;
-  return static_cast<uint32_t>(blocks > most ? most : blocks);
+  return static_cast<uint32_t>(blocks == 0 ? 1 : (blocks > most ? most : blocks));
 }
 
 // Whether `blocks` blocks give every packet a worker of its own (the U = 1 kernels).

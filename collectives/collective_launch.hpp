@@ -27,10 +27,10 @@ uint32_t collectiveGridBlocks(uint32_t ranksOnGpu);
 /// Blocks of a one-shot kernel the current GPU holds resident at once, divided among `ranksOnGpu` ranks (1..256).
 uint32_t oneShotGridBlocks(uint32_t ranksOnGpu);
 
-/// Threads per block of an LL16 kernel, the most blocks one gets by default, and the packets per thread it aims for
-/// once one packet per thread would take more blocks than that: the grid grows with the message (a 1 KB message is
-/// one block) up to kOneShotMaxBlocks, or fewer where the GPU holds fewer resident beside the other ranks sharing it
-/// (a block spins on packets a peer's block writes; oneShotGridBlocks).
+/// Threads per block of a one-shot allreduce kernel, the most blocks one gets by default, and the packets per thread
+/// it aims for: the grid grows with the message (a 1 KB message is one block) up to kOneShotMaxBlocks, or fewer
+/// where the GPU holds fewer resident beside the other ranks sharing it (a block spins on packets a peer's block
+/// writes; oneShotGridBlocks).
 inline constexpr uint32_t kOneShotThreads = 256;
 inline constexpr uint32_t kOneShotMaxBlocks = 64;
 inline constexpr uint32_t kOneShotPacketsPerThread = 2;
