@@ -599,6 +599,19 @@ struct OneShotArgs {
 };
 static_assert(std::is_trivially_copyable_v<OneShotArgs>);
 
+/// The epoch a launch of the LL16 paths works in, read once at its start (finishOneShot advances it): launch k
+/// (counter k) uses parity k & 1 of the packet buffers and flag (k >> 1) + 1.
+struct OneShotEpoch {
+  uint64_t counter;
+  uint64_t parity;
+  uint32_t flag;
+};
+
+WEFT_HOST_DEVICE_INLINE OneShotEpoch readEpoch(const OneShotState& state) {
+  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&state.counter);
+  return OneShotEpoch{counter, counter & 1u, static_cast<uint32_t>(counter >> 1) + 1u};
+}
+
 /// Ends a one-shot launch: every worker read `counter` (the epoch) at its start; once this block is done with it, the
 /// last block to get here advances the epoch for the next launch. Device scope: only this grid touches the state,
 /// and the next launch reads it after this kernel ends. A one-block grid (every message up to a few KB) needs no
@@ -721,9 +734,9 @@ WEFT_HOST_DEVICE_INLINE void reduceSharePackets(const OneShotArgs& a, uint64_t p
 template <class T, uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) {
   const CollectiveContext& ctx = a.ctx;
-  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
-  const uint64_t parity = counter & 1u;
-  const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
+  const OneShotEpoch epoch = readEpoch(*a.state);
+  const uint64_t parity = epoch.parity;
+  const uint32_t flag = epoch.flag;
   const uint64_t bytes = a.count * sizeof(T);
   const uint64_t packets = packetCount<LL16Packet>(bytes);
   const uint64_t n = static_cast<uint64_t>(ctx.size);
@@ -766,7 +779,7 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
     }
   }
 
-  finishOneShot(team, a.state, counter);
+  finishOneShot(team, a.state, epoch.counter);
 }
 
 /// allGather, one-shot LL16: the put phase of allReduceOneShot (this rank's `count` bytes as packets into slot
@@ -785,9 +798,9 @@ WEFT_HOST_DEVICE void allReduceOneShot(const TeamT& team, const OneShotArgs& a) 
 template <uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, uint64_t recvStride) {
   const CollectiveContext& ctx = a.ctx;
-  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
-  const uint64_t parity = counter & 1u;
-  const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
+  const OneShotEpoch epoch = readEpoch(*a.state);
+  const uint64_t parity = epoch.parity;
+  const uint32_t flag = epoch.flag;
   const uint64_t bytes = a.count;
   const uint64_t packets = packetCount<LL16Packet>(bytes);
   const uint64_t n = static_cast<uint64_t>(ctx.size);
@@ -848,7 +861,7 @@ WEFT_HOST_DEVICE void allGatherOneShot(const TeamT& team, const OneShotArgs& a, 
     }
   }
 
-  finishOneShot(team, a.state, counter);
+  finishOneShot(team, a.state, epoch.counter);
 }
 
 /// Bytes of each share of a two-shot launch of `bytes` bytes among n ranks: a multiple of the packet payload (so no
@@ -883,9 +896,9 @@ WEFT_HOST_DEVICE_INLINE uint64_t twoShotShareLength(uint64_t bytes, uint64_t sha
 template <class T, uint32_t U = kOneShotUnroll, class TeamT>
 WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) {
   const CollectiveContext& ctx = a.ctx;
-  const uint64_t counter = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&a.state->counter);
-  const uint64_t parity = counter & 1u;
-  const uint32_t flag = static_cast<uint32_t>(counter >> 1) + 1u;
+  const OneShotEpoch epoch = readEpoch(*a.state);
+  const uint64_t parity = epoch.parity;
+  const uint32_t flag = epoch.flag;
   const uint64_t bytes = a.count * sizeof(T);
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
@@ -960,7 +973,7 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
     }
   }
 
-  finishOneShot(team, a.state, counter);
+  finishOneShot(team, a.state, epoch.counter);
 }
 
 /// reduceScatter: per piece of the per-rank count, stage share q of the piece into scratch region q (n regions);
