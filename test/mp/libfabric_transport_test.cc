@@ -11,9 +11,13 @@
 #include <poll.h>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <multi_process.hpp>
+#include <string>
 #include <thread>
+#include <vector>
 #include <weft/build_config.hpp>
 #include <weft/communicator.hpp>
 #include <weft/error.hpp>
@@ -333,6 +337,53 @@ TEST_P(LibfabricTransportTest, ManyBackToBackWritesThenOneSignalAndFlush) {
         EXPECT_EQ(wrong, 0u);
         ch->sendValue(1);
         EXPECT_EQ(ch->recvValue(), 1u);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// shm names each endpoint's region "<pid>:<uid>:<index>" in /dev/shm. A process that died without closing (a killed
+// rank) leaves its region there, and once its pid comes round again the new endpoint found a region it could not
+// take: fi_enable failed with EBUSY (CI under parallel ctest, 2026-12-06). Each rank here plants such regions under
+// its own pid before it starts, as a stale one from another libfabric version looks.
+TEST_P(LibfabricTransportTest, StaleShmRegionsUnderThisPidDoNotStopTheEndpoint) {
+  const std::string provider = GetParam();
+  constexpr int kPlanted = 64;  // every endpoint index this process might take
+  ChannelPair pairs;
+  auto results = test::runRanks(
+      2,
+      [&](int rank, int) {
+        auto ch = pairs.take(rank);
+        auto name = [](int index) {
+          return "/dev/shm/" + std::to_string(::getpid()) + ":" + std::to_string(::getuid()) + ":" +
+                 std::to_string(index);
+        };
+        struct Unplant {
+          std::function<std::string(int)> name;
+          ~Unplant() {
+            for (int i = 0; i < kPlanted; ++i) (void)::unlink(name(i).c_str());
+          }
+        } unplant{name};
+        const std::vector<char> zeros(4096, 0);  // version 0: no libfabric's region
+        for (int i = 0; i < kPlanted; ++i) {
+          FILE* f = std::fopen(name(i).c_str(), "wx");
+          if (f == nullptr) continue;  // a live one of this pid: not ours to touch
+          std::fwrite(zeros.data(), 1, zeros.size(), f);
+          std::fclose(f);
+        }
+        {
+          Pair p(*ch, provider, kHeader + 4096, 4096);
+          for (uint64_t j = 0; j < 4096; ++j) p.outbox.get()[j] = pattern(rank, 4096, j);
+          p.conn.write(p.remote, kHeader, p.outReg, 0, 4096);
+          p.conn.atomicAdd(p.remote, 0, 1);
+          p.conn.flush(5s);
+          waitCounter(p.inbox.get(), 1, 10s, "signal behind the write");
+          uint64_t wrong = 0;
+          for (uint64_t j = 0; j < 4096; ++j) wrong += p.inbox.get()[kHeader + j] != pattern(1 - rank, 4096, j);
+          EXPECT_EQ(wrong, 0u);
+          ch->sendValue(1);
+          EXPECT_EQ(ch->recvValue(), 1u);
+        }
       },
       30s);
   WEFT_EXPECT_RANKS_OK(results);

@@ -942,6 +942,9 @@ void openResources(FabricState* s, const fi_info* chosen) {
   rc = fi_ep_bind(s->ep, &s->av->fid, 0);
   if (rc != 0) throwFi("fi_ep_bind (av)", rc);
   rc = fi_enable(s->ep);
+  // shm names its region after the pid: a region left in /dev/shm by a dead process whose pid this one now has, or
+  // by another libfabric version, makes the first enable fail with EBUSY after removing it, so the next one succeeds.
+  for (int attempt = 0; rc == -FI_EBUSY && attempt < 3; ++attempt) rc = fi_enable(s->ep);
   if (rc != 0) throwFi("fi_enable", rc);
   std::vector<uint8_t> addr(kMaxAddressBytes);
   size_t len = addr.size();
