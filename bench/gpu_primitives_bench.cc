@@ -120,12 +120,13 @@ class GpuPair {
     const SemaphoreId s = proxy_->buildSemaphore(portConnection, 306);
     if (!mapped()) {
       localData_ = comm.registerMemory(data_.get(), data_.bytes(), MemoryKind::kGpu);
-      RegisteredMemory landing = localData_;
+      // A member, not a local: the registration ends with its last copy, and the peer writes into it until the end.
+      hostLandingReg_ = localData_;
       if (!portConnection->writesGpuMemory()) {
         hostLanding_.assign(2 * max_, 0);
-        landing = comm.registerMemory(hostLanding_.data(), hostLanding_.size(), MemoryKind::kHost);
+        hostLandingReg_ = comm.registerMemory(hostLanding_.data(), hostLanding_.size(), MemoryKind::kHost);
       }
-      comm.sendMemory(landing, peer_, 307);
+      comm.sendMemory(hostLandingReg_, peer_, 307);
       peerLanding_ = comm.recvMemory(peer_, 307);
     }
     const MemoryId dst = proxy_->addMemory(peerLanding_);
@@ -464,6 +465,7 @@ class GpuPair {
   RegisteredMemory localData_;             // data_, registered
   RegisteredMemory peerLanding_;           // where this rank's port channel puts land: the peer's data_ or hostLanding_
   std::vector<uint8_t> hostLanding_;       // the port channel's landing when the transport cannot write GPU memory
+  RegisteredMemory hostLandingReg_;        // where the peer's port channel puts land here: localData_ or hostLanding_
   std::unique_ptr<RawFabricPair> fabric_;  // the floor over libfabric
   DeviceErrorBlock errors_;
   Stream stream_;

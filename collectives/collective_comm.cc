@@ -192,6 +192,7 @@ class CollectiveCommImpl {
     }
     gpuBlocks_ = resolveGpuBlocks();
     oneShotBlocks_ = resolveOneShotBlocks();
+    packetsPerThread_ = resolvePacketsPerThread();
     // The block-pair algorithms pair block b of every rank: every rank runs the smallest grid (team) any asks for.
     // Every rank must also pick the same allreduce algorithm for a size, or each waits for packets (or syncs) the
     // others never send: the selection's fingerprint travels along and a mismatch fails every rank alike.
@@ -619,7 +620,7 @@ class CollectiveCommImpl {
       checkError();
       hipError_t e = hipSuccess;
       try {
-        e = launchAllReducePackets(a, type, twoShot, oneShotBlocks_, hostThreads_, stream);
+        e = launchAllReducePackets(a, type, twoShot, oneShotBlocks_, packetsPerThread_, hostThreads_, stream);
       } catch (const Error& error) {
         throw Error(error.code(), std::string(what) + ": " + error.message());
       }
@@ -649,7 +650,7 @@ class CollectiveCommImpl {
     checkError();
     hipError_t e = hipSuccess;
     try {
-      e = launchAllGatherOneShot(a, recvStride, oneShotBlocks_, hostThreads_, stream);
+      e = launchAllGatherOneShot(a, recvStride, oneShotBlocks_, packetsPerThread_, hostThreads_, stream);
     } catch (const Error& error) {
       throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
     }
@@ -781,6 +782,18 @@ class CollectiveCommImpl {
       return limit;
     }
 #endif
+    return static_cast<uint32_t>(want);
+  }
+
+  // Packets per thread an LL16 grid aims for below its block cap: WEFT_COLL_LL_PACKETS_PER_THREAD, 1..16 (0: 2).
+  // Fewer spread a mid-sized message over more blocks; at one, messages up to 256 packets per block run the small
+  // (U = 1) kernels. Ranks may differ, as for the block cap.
+  static uint32_t resolvePacketsPerThread() {
+    const int64_t want = paramInt("WEFT_COLL_LL_PACKETS_PER_THREAD");
+    if (want < 0 || want > 16) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CollectiveComm: WEFT_COLL_LL_PACKETS_PER_THREAD " + std::to_string(want) + " outside [0, 16]");
+    }
     return static_cast<uint32_t>(want);
   }
 
@@ -978,6 +991,7 @@ class CollectiveCommImpl {
   };
   std::vector<Rule> rules_;
   uint32_t oneShotBlocks_ = kOneShotMaxBlocks;  // most blocks of a one-shot launch
+  uint32_t packetsPerThread_ = 0;               // what an LL16 grid aims for (0: kOneShotPacketsPerThread)
   uint32_t gpuBlocks_ = 1;                      // grid of the staged kernels (GPU builds), the same on every rank
   uint32_t hostThreads_ = 1;                    // workers of a host team (host builds), the same on every rank
   uint32_t ranksOnGpu_ = 1;                     // ranks of this communicator on this rank's GPU, itself included

@@ -221,10 +221,12 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
 namespace {
-// Blocks for `packets` packets (about kOneShotPacketsPerThread per thread), 1..maxBlocks (0: kOneShotMaxBlocks).
-uint32_t packetGridBlocks(uint64_t packets, uint32_t maxBlocks) {
+// Blocks for `packets` packets (about packetsPerThread per thread, 0: kOneShotPacketsPerThread), 1..maxBlocks
+// (0: kOneShotMaxBlocks).
+uint32_t packetGridBlocks(uint64_t packets, uint32_t maxBlocks, uint32_t packetsPerThread) {
   const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
-  const uint64_t perBlock = uint64_t{kOneShotThreads} * kOneShotPacketsPerThread;
+  const uint64_t perBlock =
+      uint64_t{kOneShotThreads} * (packetsPerThread == 0 ? kOneShotPacketsPerThread : packetsPerThread);
   const uint64_t blocks = (packets + perBlock - 1) / perBlock;
   return static_cast<uint32_t>(blocks == 0 ? 1 : (blocks > most ? most : blocks));
 }
@@ -237,14 +239,14 @@ bool onePacketPerWorker(uint64_t packets, uint32_t blocks) {
 #endif
 
 hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, uint32_t maxBlocks,
-                                  uint32_t hostThreads, hipStream_t stream) {
+                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
   const uint64_t bytes = args.count * dataTypeBytes(type);
   // The one-shot grid covers the message, the two-shot grid one share (each worker handles packet j of every share).
   const uint64_t packets =
       packetCount<LL16Packet>(twoShot ? twoShotShareBytes(bytes, static_cast<uint64_t>(args.ctx.size)) : bytes);
-  const uint32_t blocks = packetGridBlocks(packets, maxBlocks);
+  const uint32_t blocks = packetGridBlocks(packets, maxBlocks, packetsPerThread);
   const bool small = onePacketPerWorker(packets, blocks);
   withElementType(type, [&](auto element) {
     using T = decltype(element);
@@ -256,6 +258,7 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
 #else
   (void)stream;
   (void)maxBlocks;
+  (void)packetsPerThread;
   // The LL16 paths never wait in a grid barrier, so no abort flag: a worker whose packet wait runs out throws, and
   // the others run out of their own budgets at about the same time.
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr, [&](const Team<HostBlockSync>& team) {
@@ -272,11 +275,11 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
 }
 
 hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t maxBlocks,
-                                  uint32_t hostThreads, hipStream_t stream) {
+                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
   const uint64_t packets = packetCount<LL16Packet>(args.count);
-  const uint32_t blocks = packetGridBlocks(packets, maxBlocks);
+  const uint32_t blocks = packetGridBlocks(packets, maxBlocks, packetsPerThread);
   void (*kernel)(OneShotArgs, uint64_t) =
       onePacketPerWorker(packets, blocks) ? oneShotGatherKernel<1> : oneShotGatherKernel<kOneShotUnroll>;
   kernel<<<blocks, kOneShotThreads, 0, stream>>>(args, recvStride);
@@ -284,6 +287,7 @@ hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, 
 #else
   (void)stream;
   (void)maxBlocks;
+  (void)packetsPerThread;
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr,
               [&](const Team<HostBlockSync>& team) { allGatherOneShot(team, args, recvStride); });
   return hipSuccess;

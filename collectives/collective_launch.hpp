@@ -44,13 +44,14 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 
 /// Runs one LL16 allreduce launch on elements of `type`, one-shot (allReduceOneShot) or two-shot
 /// (allReduceTwoShot): as launchCollective, with a grid sized by the message (GPU builds) or `hostThreads` workers
-/// (host builds). `maxBlocks` (0: kOneShotMaxBlocks) caps the grid.
+/// (host builds). `maxBlocks` (0: kOneShotMaxBlocks) caps the grid; `packetsPerThread` (0: kOneShotPacketsPerThread)
+/// is what it aims for below that cap.
 hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, uint32_t maxBlocks,
-                                  uint32_t hostThreads, hipStream_t stream);
+                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream);
 
 /// Runs one one-shot allgather launch (allGatherOneShot): args.count bytes of this rank's input, peers' blocks at
 /// recv + p * recvStride; grid and host workers as launchAllReduceOneShot.
 hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t maxBlocks,
-                                  uint32_t hostThreads, hipStream_t stream);
+                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream);
 
 }  // namespace weft::detail

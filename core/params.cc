@@ -87,6 +87,9 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_COLL_ONESHOT_BLOCKS", "int", "0",
      "Most blocks of a one-shot LL collective kernel (1..256, capped by what the GPU holds resident beside the other "
      "ranks sharing it); 0: 64, or fewer where the GPU holds fewer. The grid grows with the message up to this."},
+    {"WEFT_COLL_LL_PACKETS_PER_THREAD", "int", "0",
+     "Packets per thread an LL16 collective kernel's grid aims for below its block cap (1..16); 0: 2. Fewer spread "
+     "mid-sized messages over more blocks."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},

@@ -807,6 +807,29 @@ TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
   }
 }
 
+// The LL16 grids at one packet per thread (small U = 1 kernels on several blocks) and at sixteen (one unrolled
+// block), one-shot and two-shot, on every type and the sizes at the launch limits.
+TEST(CollectivesGpu, AllReduceLLGridsAtOneAndSixteenPacketsPerThreadTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (const char* perThread : {"1", "16"}) {
+    for (int size : {2, 4}) {
+      for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kTwoShotLL}) {
+        UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+        const uint64_t seed = freshSeed();
+        auto results = runRanks(
+            size,
+            [&](int rank, int n) {
+              ASSERT_EQ(setenv("WEFT_COLL_LL_PACKETS_PER_THREAD", perThread, 1), 0);
+              allReduceWith(rank, n, id, seed, algorithm);
+            },
+            std::chrono::seconds(180));
+        WEFT_EXPECT_RANKS_OK(results) << perThread << " packets per thread, " << size << " ranks, "
+                                      << allReduceAlgorithmName(algorithm) << ", seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(CollectivesGpu, ReductionsOnMisalignedBuffersTwoProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");

@@ -625,6 +625,32 @@ TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
+// WEFT_COLL_LL_PACKETS_PER_THREAD shapes the LL16 grids (GPU builds; the GPU test runs them at 1 and 16); a value
+// outside [0, 16] is refused on every rank before any communication.
+TEST(CollectivesMpTest, LLPacketsPerThreadOutsideItsRangeIsRefused) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int n) {
+    auto comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(10000)),
+                                               hostOnlyConfig());
+    for (const char* bad : {"17", "-1"}) {
+      ASSERT_EQ(setenv("WEFT_COLL_LL_PACKETS_PER_THREAD", bad, 1), 0);
+      try {
+        CollectiveComm c(comm, smallScratch());
+        ADD_FAILURE() << "WEFT_COLL_LL_PACKETS_PER_THREAD=" << bad << " accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("WEFT_COLL_LL_PACKETS_PER_THREAD"), std::string::npos) << e.what();
+      }
+    }
+    ASSERT_EQ(setenv("WEFT_COLL_LL_PACKETS_PER_THREAD", "1", 1), 0);
+    CollectiveComm c(comm, smallScratch());
+    runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 100, false, 0}, 1, 5);
+    unsetenv("WEFT_COLL_LL_PACKETS_PER_THREAD");
+    comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
 // [[collectives.allreduce]] rules (what weft-bench --tune writes) pick the algorithm by size, first match first,
 // rules for another rank count ignored, sizes past every rule to the built-in choice; an explicit algorithm wins.
 // Ranks whose selections differ would wait on each other's packets or syncs forever: they all fail at setup.

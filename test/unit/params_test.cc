@@ -68,7 +68,8 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_NCCL_FORCE_FALLBACK",
                                           "WEFT_ALLREDUCE_ALGO",
                                           "WEFT_COLL_GPU_BLOCKS",
-                                          "WEFT_COLL_ONESHOT_BLOCKS"};
+                                          "WEFT_COLL_ONESHOT_BLOCKS",
+                                          "WEFT_COLL_LL_PACKETS_PER_THREAD"};
   std::set<std::string> seen;
   const std::set<std::string> types = {"string", "int", "bool", "list", "path-list", "typed per key"};
   for (const ParamInfo& p : allParams()) {
