@@ -191,8 +191,7 @@ class CollectiveCommImpl {
       if (rule.ranks == 0 || rule.ranks == size_) rules_.push_back({rule.maxBytes, ruleAlgorithm(rule.algorithm)});
     }
     gpuBlocks_ = resolveGpuBlocks();
-    oneShotBlocks_ = resolveOneShotBlocks();
-    packetsPerThread_ = resolvePacketsPerThread();
+    packetGrids_ = resolvePacketGrids(resolvePacketsPerThread());
     // The block-pair algorithms pair block b of every rank: every rank runs the smallest grid (team) any asks for.
     // Every rank must also pick the same allreduce algorithm for a size, or each waits for packets (or syncs) the
     // others never send: the selection's fingerprint travels along and a mismatch fails every rank alike.
@@ -224,13 +223,13 @@ class CollectiveCommImpl {
     hostThreads_ = static_cast<uint32_t>(std::min<uint64_t>(hostThreads_, mostBlocks));
     allocate();
     connectPeers();
-    logInfo(
-        LogSubsys::kColl,
-        "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, {} allreduce rules from "
-        "the config, LL16 launches up to {} bytes one-shot and {} two-shot; {} blocks per staged kernel ({} ranks on "
-        "this GPU)",
-        rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), rules_.size(), oneShotLimitBytes_,
-        twoShotLimitBytes_, gpuBlocks_, ranksOnGpu_);
+    logInfo(LogSubsys::kColl,
+            "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, {} allreduce rules from "
+            "the config, LL16 launches up to {} bytes one-shot and {} two-shot on up to {} blocks (small kernels; "
+            "unrolled float {}, int8 {}); {} blocks per staged kernel ({} ranks on this GPU)",
+            rank_, size_, options_.scratchBytes, allReduceAlgorithmName(algorithm_), rules_.size(), oneShotLimitBytes_,
+            twoShotLimitBytes_, packetGrids_.small, packetGrids_.unrolled[static_cast<int>(DataType::kFloat32)],
+            packetGrids_.unrolled[static_cast<int>(DataType::kInt8)], gpuBlocks_, ranksOnGpu_);
   }
 
   ~CollectiveCommImpl() {
@@ -620,7 +619,7 @@ class CollectiveCommImpl {
       checkError();
       hipError_t e = hipSuccess;
       try {
-        e = launchAllReducePackets(a, type, twoShot, oneShotBlocks_, packetsPerThread_, hostThreads_, stream);
+        e = launchAllReducePackets(a, type, twoShot, packetGrids_, hostThreads_, stream);
       } catch (const Error& error) {
         throw Error(error.code(), std::string(what) + ": " + error.message());
       }
@@ -650,7 +649,7 @@ class CollectiveCommImpl {
     checkError();
     hipError_t e = hipSuccess;
     try {
-      e = launchAllGatherOneShot(a, recvStride, oneShotBlocks_, packetsPerThread_, hostThreads_, stream);
+      e = launchAllGatherOneShot(a, recvStride, packetGrids_, hostThreads_, stream);
     } catch (const Error& error) {
       throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
     }
@@ -759,35 +758,31 @@ class CollectiveCommImpl {
 #endif
   }
 
-  // Most blocks of a one-shot launch: WEFT_COLL_ONESHOT_BLOCKS, or kOneShotMaxBlocks when 0. Every block must be
-  // resident beside the other ranks' on a shared GPU (blocks spin on packets peers' blocks write), hence the cap by
-  // what the GPU holds: on the H200 one block of the one-shot kernel per SM, so 4 ranks get 33 each, not 64. Ranks
-  // may differ: the one-shot kernels have no grid barrier and pair no blocks across ranks.
-  uint32_t resolveOneShotBlocks() const {
-    int64_t want = paramInt("WEFT_COLL_ONESHOT_BLOCKS");
+  // The LL16 grids' caps: WEFT_COLL_ONESHOT_BLOCKS (0: kGpuMaxBlocks) and, per kernel, what the GPU holds resident
+  // of it beside the other ranks sharing it (blocks spin on packets peers' blocks write): on sm_90 4 ranks get 99
+  // blocks of the small kernels but only 33 of the heaviest unrolled one (int8, 210 registers). Ranks may differ:
+  // the LL16 kernels have no grid barrier and pair no blocks across ranks.
+  PacketGridCaps resolvePacketGrids(uint32_t packetsPerThread) const {
+    const int64_t want = paramInt("WEFT_COLL_ONESHOT_BLOCKS");
     if (want < 0 || want > static_cast<int64_t>(kGpuMaxBlocks)) {
       throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: WEFT_COLL_ONESHOT_BLOCKS " + std::to_string(want) +
                                                    " outside [0, " + std::to_string(kGpuMaxBlocks) + "]");
     }
-    const bool asked = want != 0;
-    if (!asked) want = kOneShotMaxBlocks;
+    const uint32_t most = want == 0 ? kGpuMaxBlocks : static_cast<uint32_t>(want);
+    PacketGridCaps caps = packetGridCaps(ranksOnGpu_, most, packetsPerThread);
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-    const uint32_t limit = oneShotGridBlocks(ranksOnGpu_);
-    if (!asked) return static_cast<uint32_t>(std::min<int64_t>(want, limit));
-    if (want > static_cast<int64_t>(limit)) {
+    if (want != 0 && caps.small < most) {
       logWarn(LogSubsys::kColl,
-              "collectives: rank {}: {} one-shot blocks asked for, {} used: what this GPU holds resident of the "
-              "one-shot kernel, divided among the {} ranks sharing it",
-              rank_, want, limit, ranksOnGpu_);
-      return limit;
+              "collectives: rank {}: {} LL16 blocks asked for, {} used by the small kernels (fewer by some unrolled "
+              "ones): what this GPU holds resident of each, divided among the {} ranks sharing it",
+              rank_, want, caps.small, ranksOnGpu_);
     }
 #endif
-    return static_cast<uint32_t>(want);
+    return caps;
   }
 
-  // Packets per thread an LL16 grid aims for below its block cap: WEFT_COLL_LL_PACKETS_PER_THREAD, 1..16 (0: 2).
-  // Fewer spread a mid-sized message over more blocks; at one, messages up to 256 packets per block run the small
-  // (U = 1) kernels. Ranks may differ, as for the block cap.
+  // Packets per thread the unrolled LL16 grids aim for below their caps: WEFT_COLL_LL_PACKETS_PER_THREAD, 1..16
+  // (0: 2). Ranks may differ, as for the caps.
   static uint32_t resolvePacketsPerThread() {
     const int64_t want = paramInt("WEFT_COLL_LL_PACKETS_PER_THREAD");
     if (want < 0 || want > 16) {
@@ -990,11 +985,10 @@ class CollectiveCommImpl {
     AllReduceAlgorithm algorithm;
   };
   std::vector<Rule> rules_;
-  uint32_t oneShotBlocks_ = kOneShotMaxBlocks;  // most blocks of a one-shot launch
-  uint32_t packetsPerThread_ = 0;               // what an LL16 grid aims for (0: kOneShotPacketsPerThread)
-  uint32_t gpuBlocks_ = 1;                      // grid of the staged kernels (GPU builds), the same on every rank
-  uint32_t hostThreads_ = 1;                    // workers of a host team (host builds), the same on every rank
-  uint32_t ranksOnGpu_ = 1;                     // ranks of this communicator on this rank's GPU, itself included
+  PacketGridCaps packetGrids_;  // the LL16 kernels' grid caps
+  uint32_t gpuBlocks_ = 1;      // grid of the staged kernels (GPU builds), the same on every rank
+  uint32_t hostThreads_ = 1;    // workers of a host team (host builds), the same on every rank
+  uint32_t ranksOnGpu_ = 1;     // ranks of this communicator on this rank's GPU, itself included
   uint64_t oneShotSlotBytes_ = 0;
   std::shared_ptr<void> packets_;
   RegisteredMemory localPackets_;

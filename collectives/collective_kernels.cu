@@ -120,14 +120,14 @@ void runHostTeam(uint32_t workers, uint32_t* abort, Body&& body) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
 namespace {
 
-// Blocks of `kernel` (kGpuThreads threads each) one SM holds at once; at least 1.
+// Blocks of `kernel` (`threads` threads each) one SM holds at once; at least 1.
 template <class Kernel>
-int blocksPerSm(Kernel kernel) {
+int blocksPerSm(Kernel kernel, uint32_t threads = kGpuThreads) {
   int perSm = 0;
 #if defined(WEFT_COMPILER_CUDA)
-  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kGpuThreads, 0);
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, static_cast<int>(threads), 0);
 #else
-  const hipError_t e = hipOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kGpuThreads, 0);
+  const hipError_t e = hipOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, static_cast<int>(threads), 0);
 #endif
   return e != hipSuccess || perSm < 1 ? 1 : perSm;
 }
@@ -139,19 +139,6 @@ int stagedBlocksPerSm() {
   for (int t = 0; t < kDataTypeCount; ++t) {
     withElementType(static_cast<DataType>(t),
                     [&](auto element) { perSm = std::min(perSm, blocksPerSm(reducingKernel<decltype(element)>)); });
-  }
-  return perSm;
-}
-
-// Blocks per SM of the heaviest LL16 kernel, one-shot or two-shot (one 256-thread block on sm_90).
-int oneShotBlocksPerSm() {
-  int perSm = std::min(blocksPerSm(oneShotGatherKernel<kOneShotUnroll>), blocksPerSm(oneShotGatherKernel<1>));
-  for (int t = 0; t < kDataTypeCount; ++t) {
-    withElementType(static_cast<DataType>(t), [&](auto element) {
-      using T = decltype(element);
-      perSm = std::min({perSm, blocksPerSm(oneShotKernel<T, kOneShotUnroll>), blocksPerSm(oneShotKernel<T, 1>),
-                        blocksPerSm(twoShotKernel<T, kOneShotUnroll>), blocksPerSm(twoShotKernel<T, 1>)});
-    });
   }
   return perSm;
 }
@@ -181,13 +168,30 @@ uint32_t collectiveGridBlocks(uint32_t ranksOnGpu) {
 #endif
 }
 
-uint32_t oneShotGridBlocks(uint32_t ranksOnGpu) {
+PacketGridCaps packetGridCaps(uint32_t ranksOnGpu, uint32_t most, uint32_t packetsPerThread) {
+  PacketGridCaps caps;
+  caps.packetsPerThread = packetsPerThread == 0 ? kOneShotPacketsPerThread : packetsPerThread;
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
-  return shareOfGpu(oneShotBlocksPerSm(), ranksOnGpu);
+  // blocksPerSm sizes for kGpuThreads threads per block: scale to the LL16 kernels' blocks.
+  auto cap = [&](auto kernel) {
+    const int perSm = blocksPerSm(kernel, kOneShotThreads);
+    return std::min(most, shareOfGpu(perSm, ranksOnGpu));
+  };
+  caps.small = std::min(cap(oneShotGatherKernel<1>), most);
+  caps.unrolledGather = cap(oneShotGatherKernel<kOneShotUnroll>);
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    withElementType(static_cast<DataType>(t), [&](auto element) {
+      using T = decltype(element);
+      caps.small = std::min({caps.small, cap(oneShotKernel<T, 1>), cap(twoShotKernel<T, 1>)});
+      caps.unrolled[t] = std::min(cap(oneShotKernel<T, kOneShotUnroll>), cap(twoShotKernel<T, kOneShotUnroll>));
+    });
+  }
 #else
   (void)ranksOnGpu;
-  return kGpuMaxBlocks;
+  caps.small = caps.unrolledGather = most;
+  for (uint32_t& c : caps.unrolled) c = most;
 #endif
+  return caps;
 }
 
 hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t gpuBlocks, uint32_t hostThreads,
@@ -221,33 +225,30 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
 namespace {
-// Blocks for `packets` packets (about packetsPerThread per thread, 0: kOneShotPacketsPerThread), 1..maxBlocks
-// (0: kOneShotMaxBlocks).
-uint32_t packetGridBlocks(uint64_t packets, uint32_t maxBlocks, uint32_t packetsPerThread) {
-  const uint64_t most = maxBlocks == 0 ? kOneShotMaxBlocks : maxBlocks;
-  const uint64_t perBlock =
-      uint64_t{kOneShotThreads} * (packetsPerThread == 0 ? kOneShotPacketsPerThread : packetsPerThread);
-  const uint64_t blocks = (packets + perBlock - 1) / perBlock;
-  return static_cast<uint32_t>(blocks == 0 ? 1 : (blocks > most ? most : blocks));
-}
+uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// Whether `blocks` blocks give every packet a worker of its own (the U = 1 kernels).
-bool onePacketPerWorker(uint64_t packets, uint32_t blocks) {
-  return packets <= static_cast<uint64_t>(blocks) * kOneShotThreads;
+// The grid for `packets` packets: one packet per thread where `smallCap` blocks hold them all (the small kernels,
+// `*small` set), else about caps.packetsPerThread per thread, up to `unrolledCap` blocks. At least one block.
+uint32_t packetGrid(uint64_t packets, uint32_t smallCap, uint32_t unrolledCap, uint32_t packetsPerThread, bool* small) {
+  const uint64_t oneEach = ceilDiv(packets, kOneShotThreads);
+  *small = oneEach <= smallCap;
+  const uint64_t blocks = *small ? oneEach : std::min<uint64_t>(unrolledCap, ceilDiv(oneEach, packetsPerThread));
+  return static_cast<uint32_t>(blocks == 0 ? 1 : blocks);
 }
 }  // namespace
 #endif
 
-hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, uint32_t maxBlocks,
-                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream) {
+hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, const PacketGridCaps& caps,
+                                  uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
   const uint64_t bytes = args.count * dataTypeBytes(type);
   // The one-shot grid covers the message, the two-shot grid one share (each worker handles packet j of every share).
   const uint64_t packets =
       packetCount<LL16Packet>(twoShot ? twoShotShareBytes(bytes, static_cast<uint64_t>(args.ctx.size)) : bytes);
-  const uint32_t blocks = packetGridBlocks(packets, maxBlocks, packetsPerThread);
-  const bool small = onePacketPerWorker(packets, blocks);
+  bool small = false;
+  const uint32_t blocks =
+      packetGrid(packets, caps.small, caps.unrolled[static_cast<int>(type)], caps.packetsPerThread, &small);
   withElementType(type, [&](auto element) {
     using T = decltype(element);
     void (*kernel)(OneShotArgs) = twoShot ? (small ? twoShotKernel<T, 1> : twoShotKernel<T, kOneShotUnroll>)
@@ -257,8 +258,7 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
   return hipGetLastError();
 #else
   (void)stream;
-  (void)maxBlocks;
-  (void)packetsPerThread;
+  (void)caps;
   // The LL16 paths never wait in a grid barrier, so no abort flag: a worker whose packet wait runs out throws, and
   // the others run out of their own budgets at about the same time.
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr, [&](const Team<HostBlockSync>& team) {
@@ -274,20 +274,19 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
 #endif
 }
 
-hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t maxBlocks,
-                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream) {
+hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, const PacketGridCaps& caps,
+                                  uint32_t hostThreads, hipStream_t stream) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   (void)hostThreads;
   const uint64_t packets = packetCount<LL16Packet>(args.count);
-  const uint32_t blocks = packetGridBlocks(packets, maxBlocks, packetsPerThread);
-  void (*kernel)(OneShotArgs, uint64_t) =
-      onePacketPerWorker(packets, blocks) ? oneShotGatherKernel<1> : oneShotGatherKernel<kOneShotUnroll>;
+  bool small = false;
+  const uint32_t blocks = packetGrid(packets, caps.small, caps.unrolledGather, caps.packetsPerThread, &small);
+  void (*kernel)(OneShotArgs, uint64_t) = small ? oneShotGatherKernel<1> : oneShotGatherKernel<kOneShotUnroll>;
   kernel<<<blocks, kOneShotThreads, 0, stream>>>(args, recvStride);
   return hipGetLastError();
 #else
   (void)stream;
-  (void)maxBlocks;
-  (void)packetsPerThread;
+  (void)caps;
   runHostTeam(hostThreads == 0 ? 1 : hostThreads, nullptr,
               [&](const Team<HostBlockSync>& team) { allGatherOneShot(team, args, recvStride); });
   return hipSuccess;

@@ -24,16 +24,26 @@ static_assert(kGpuMaxBlocks <= kMaxPairBlocks, "every block of a grid needs its 
 /// budget trapped). Host builds: kGpuMaxBlocks (host teams are capped by CollectiveOptions::hostThreads).
 uint32_t collectiveGridBlocks(uint32_t ranksOnGpu);
 
-/// Blocks of a one-shot kernel the current GPU holds resident at once, divided among `ranksOnGpu` ranks (1..256).
-uint32_t oneShotGridBlocks(uint32_t ranksOnGpu);
-
-/// Threads per block of a one-shot allreduce kernel, the most blocks one gets by default, and the packets per thread
-/// it aims for: the grid grows with the message (a 1 KB message is one block) up to kOneShotMaxBlocks, or fewer
-/// where the GPU holds fewer resident beside the other ranks sharing it (a block spins on packets a peer's block
-/// writes; oneShotGridBlocks).
+/// Threads per block of an LL16 kernel, and the packets per thread the unrolled (U = kOneShotUnroll) kernels aim
+/// for by default. A message with at most one packet per thread of the largest grid the small (U = 1) kernels may
+/// have runs them; a larger one runs the unrolled kernels on a grid that grows with it.
 inline constexpr uint32_t kOneShotThreads = 256;
-inline constexpr uint32_t kOneShotMaxBlocks = 64;
 inline constexpr uint32_t kOneShotPacketsPerThread = 2;
+
+/// The most blocks each LL16 kernel may have: what the current GPU holds resident of it (SMs x blocks per SM, from
+/// its registers), divided among the ranks sharing the GPU, and no more than a cap (a block spins on packets a
+/// peer's block writes, so every block of every rank must be resident at once). Per kernel, because their
+/// registers differ fourfold (sm_90: 40-80 for the small kernels, 64-210 for the unrolled ones).
+struct PacketGridCaps {
+  uint32_t small = 1;                   ///< the small allreduce, reduce-scatter and gather kernels, every type
+  uint32_t unrolled[kDataTypeCount]{};  ///< the unrolled one-shot and two-shot allreduce kernels, per type
+  uint32_t unrolledGather = 1;          ///< the unrolled gather kernel
+  uint32_t packetsPerThread = kOneShotPacketsPerThread;  ///< what the unrolled grids aim for
+};
+
+/// The caps for `ranksOnGpu` ranks sharing the current GPU, none above `most` (1..kGpuMaxBlocks). Host builds: every
+/// cap is `most`.
+PacketGridCaps packetGridCaps(uint32_t ranksOnGpu, uint32_t most, uint32_t packetsPerThread);
 
 /// Runs the operation in `args` on elements of `type`. GPU builds: enqueues one kernel of `gpuBlocks` blocks on
 /// `stream` and returns what the launch reported (hipSuccess or the launch error), without waiting. Host builds: runs
@@ -44,14 +54,13 @@ hipError_t launchCollective(const CollectiveArgs& args, DataType type, uint32_t 
 
 /// Runs one LL16 allreduce launch on elements of `type`, one-shot (allReduceOneShot) or two-shot
 /// (allReduceTwoShot): as launchCollective, with a grid sized by the message (GPU builds) or `hostThreads` workers
-/// (host builds). `maxBlocks` (0: kOneShotMaxBlocks) caps the grid; `packetsPerThread` (0: kOneShotPacketsPerThread)
-/// is what it aims for below that cap.
-hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, uint32_t maxBlocks,
-                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream);
+/// (host builds), within `caps`.
+hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool twoShot, const PacketGridCaps& caps,
+                                  uint32_t hostThreads, hipStream_t stream);
 
 /// Runs one one-shot allgather launch (allGatherOneShot): args.count bytes of this rank's input, peers' blocks at
 /// recv + p * recvStride; grid and host workers as launchAllReduceOneShot.
-hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, uint32_t maxBlocks,
-                                  uint32_t packetsPerThread, uint32_t hostThreads, hipStream_t stream);
+hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, const PacketGridCaps& caps,
+                                  uint32_t hostThreads, hipStream_t stream);
 
 }  // namespace weft::detail

@@ -85,11 +85,11 @@ const std::vector<ParamInfo> kParams = {
      "Blocks of each staged collective kernel (1..256) when the code leaves CollectiveOptions::gpuBlocks at 0; 0 sizes "
      "the grid from the GPU (half its resident blocks, divided among the ranks sharing it)."},
     {"WEFT_COLL_ONESHOT_BLOCKS", "int", "0",
-     "Most blocks of a one-shot LL collective kernel (1..256, capped by what the GPU holds resident beside the other "
-     "ranks sharing it); 0: 64, or fewer where the GPU holds fewer. The grid grows with the message up to this."},
+     "Most blocks of an LL16 collective kernel (1..256); 0: 256. Each kernel is held further to what the GPU holds "
+     "resident of it beside the other ranks sharing it. The grid grows with the message up to this."},
     {"WEFT_COLL_LL_PACKETS_PER_THREAD", "int", "0",
-     "Packets per thread an LL16 collective kernel's grid aims for below its block cap (1..16); 0: 2. Fewer spread "
-     "mid-sized messages over more blocks."},
+     "Packets per thread the unrolled LL16 collective kernels' grids aim for (1..16); 0: 2. Messages with at most one "
+     "packet per thread of the small kernels' largest grid run those instead."},
     {"WEFT_WAIT_TIMEOUT_MS", "int", "30000",
      "Budget of every device and host wait (semaphores, FIFO, packets) in milliseconds; a wait that runs out records "
      "who waited for what and stops with an error instead of hanging."},

@@ -757,6 +757,21 @@ TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
+// Every LL16 launch on one block: the unrolled kernels at many packets per thread for all but the smallest sizes.
+TEST(CollectivesGpu, EveryCollectiveOnOneLLBlockTwoProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = runRanks(
+      2,
+      [&](int rank, int n) {
+        ASSERT_EQ(setenv("WEFT_COLL_ONESHOT_BLOCKS", "1", 1), 0);
+        everyCollective(rank, n, id, seed);
+      },
+      std::chrono::seconds(180));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
 TEST(CollectivesGpu, EveryCollectiveStagedOnlyThreeProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
@@ -807,11 +822,13 @@ TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
   }
 }
 
-// The LL16 grids at one packet per thread (small U = 1 kernels on several blocks) and at sixteen (one unrolled
-// block), one-shot and two-shot, on every type and the sizes at the launch limits.
-TEST(CollectivesGpu, AllReduceLLGridsAtOneAndSixteenPacketsPerThreadTwoAndFourProcesses) {
+// The LL16 grids' shapes: the default (the small U = 1 kernels on as many blocks as the message needs, here up to 4),
+// one block (every message above 256 packets runs the unrolled kernels, up to 32 packets per thread), and two blocks
+// at 16 packets per thread; one-shot and two-shot, on every type and the sizes at the launch limits.
+TEST(CollectivesGpu, AllReduceLLGridShapesTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  for (const char* perThread : {"1", "16"}) {
+  const std::pair<const char*, const char*> shapes[] = {{"0", "0"}, {"1", "1"}, {"2", "16"}};
+  for (const auto& [blocks, perThread] : shapes) {
     for (int size : {2, 4}) {
       for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kTwoShotLL}) {
         UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
@@ -819,12 +836,13 @@ TEST(CollectivesGpu, AllReduceLLGridsAtOneAndSixteenPacketsPerThreadTwoAndFourPr
         auto results = runRanks(
             size,
             [&](int rank, int n) {
+              ASSERT_EQ(setenv("WEFT_COLL_ONESHOT_BLOCKS", blocks, 1), 0);
               ASSERT_EQ(setenv("WEFT_COLL_LL_PACKETS_PER_THREAD", perThread, 1), 0);
               allReduceWith(rank, n, id, seed, algorithm);
             },
             std::chrono::seconds(180));
-        WEFT_EXPECT_RANKS_OK(results) << perThread << " packets per thread, " << size << " ranks, "
-                                      << allReduceAlgorithmName(algorithm) << ", seed " << seed;
+        WEFT_EXPECT_RANKS_OK(results) << "at most " << blocks << " blocks, " << perThread << " packets per thread, "
+                                      << size << " ranks, " << allReduceAlgorithmName(algorithm) << ", seed " << seed;
       }
     }
   }
