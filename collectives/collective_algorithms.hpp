@@ -616,16 +616,21 @@ WEFT_HOST_DEVICE_INLINE OneShotEpoch readEpoch(const OneShotState& state) {
 /// last block to get here advances the epoch for the next launch. Device scope: only this grid touches the state,
 /// and the next launch reads it after this kernel ends. A one-block grid (every message up to a few KB) needs no
 /// count of finished blocks: that skips a device-memory round trip at the end of the smallest launches.
+///
+/// Relaxed throughout: what must precede the advance is each block's read of the epoch, which returned before its
+/// workers began (they use its value), and nothing of the data: peers see packets through their flags, and the next
+/// launch comes after this kernel's end. A release here made thread 0 wait for every store of its block to drain
+/// before the count's round trip started; now the two overlap.
 template <class TeamT>
 WEFT_HOST_DEVICE_INLINE void finishOneShot(const TeamT& team, OneShotState* state, uint64_t counter) {
   team.blockSync();
   if (team.threadId != 0) return;
   if (team.numBlocks > 1) {
-    const uint32_t before = atomicFetchAdd<MemoryOrder::kAcqRel, Scope::kDevice>(&state->done, 1u);
+    const uint32_t before = atomicFetchAdd<MemoryOrder::kRelaxed, Scope::kDevice>(&state->done, 1u);
     if (before != team.numBlocks - 1) return;
     atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&state->done, 0u);
   }
-  atomicStore<MemoryOrder::kRelease, Scope::kDevice>(&state->counter, counter + 1);
+  atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&state->counter, counter + 1);
 }
 
 /// Element `e` of a packet payload viewed as an array of T.

@@ -129,6 +129,12 @@ constexpr AllReduceAlgorithm kAllReduceAlgorithms[] = {AllReduceAlgorithm::kAuto
 // staged path at 1 MB among 4 (39 against 44 us) and at 256 KB among 8 (32 against 57), and lost at 4 MB among 4
 // (147 against 67) and at 1 MB among 8 (81 against 68).
 constexpr uint64_t kTwoShotBudgetBytes = 4 << 20;
+// Among more than two ranks the one-shot goes no further than this (nor past its limit): with the LL16 grids sized
+// per kernel, --tune on one H100 shared by 4 ranks (2026-12-06) chose the one-shot up to 64 KB and the two-shot at
+// 256 KB and 1 MB; among 8 (the earlier grids) the one-shot led at 64 KB (23.0 against 31.3 us) and lost at 256 KB
+// (63.5 against 32.2). Two ranks keep the one-shot up to its limit: there the two-shot moves as many
+// packets and never led by more than the noise.
+constexpr uint64_t kOneShotManyRanksBytes = 64 << 10;
 
 // The algorithm the options ask for: an explicit one as given, kAuto as WEFT_ALLREDUCE_ALGO says (kAuto when unset).
 AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
@@ -407,9 +413,10 @@ class CollectiveCommImpl {
       if (rule.maxBytes == 0 || count <= rule.maxBytes / es) return rule.algorithm;
     }
     // One launch, and no larger than the limit: a bigger message moves 2(n-1) times its size in packets per rank,
-    // where the staged path's fixed cost (three rank syncs) no longer dominates. More than two ranks: the two-shot
-    // next, up to kTwoShotBudgetBytes / n.
-    if (count <= oneShotLimitBytes_ / es) return AllReduceAlgorithm::kOneShotLL;
+    // where the staged path's fixed cost (three rank syncs) no longer dominates. More than two ranks: the one-shot
+    // up to kOneShotManyRanksBytes at most, then the two-shot, up to kTwoShotBudgetBytes / n.
+    const uint64_t oneShotMost = size_ > 2 ? std::min(oneShotLimitBytes_, kOneShotManyRanksBytes) : oneShotLimitBytes_;
+    if (count <= oneShotMost / es) return AllReduceAlgorithm::kOneShotLL;
     const uint64_t twoShotMost = kTwoShotBudgetBytes / static_cast<uint64_t>(size_);
     return size_ > 2 && count <= twoShotMost / es ? AllReduceAlgorithm::kTwoShotLL : AllReduceAlgorithm::kScatterGather;
   }

@@ -625,6 +625,32 @@ TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
+// The built-in allreduce choice with the default options: one-shot up to its limit on 2 ranks; on more, one-shot up
+// to 64 KiB, two-shot up to 4 MiB / n, scatter-gather beyond (float, so sizes are 4-byte counts).
+TEST(CollectivesMpTest, BuiltInAllReduceChoiceByRankCountAndSize) {
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    auto results = test::runRanks(size, [&](int rank, int n) {
+      auto comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(10000)),
+                                                 hostOnlyConfig());
+      CollectiveComm c(comm, CollectiveOptions{});
+      auto at = [&](uint64_t bytes) { return c.allReduceAlgorithmFor(bytes / 4, DataType::kFloat32); };
+      if (n == 2) {
+        EXPECT_EQ(at(64 << 10), AllReduceAlgorithm::kOneShotLL);
+        EXPECT_EQ(at(1 << 20), AllReduceAlgorithm::kOneShotLL);
+        EXPECT_EQ(at((1 << 20) + 16), AllReduceAlgorithm::kScatterGather);
+      } else {
+        EXPECT_EQ(at(64 << 10), AllReduceAlgorithm::kOneShotLL);
+        EXPECT_EQ(at((64 << 10) + 4), AllReduceAlgorithm::kTwoShotLL);
+        EXPECT_EQ(at(1 << 20), AllReduceAlgorithm::kTwoShotLL);
+        EXPECT_EQ(at((1 << 20) + 4), AllReduceAlgorithm::kScatterGather);
+      }
+      comm->bootstrap().barrier();
+    });
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks";
+  }
+}
+
 // WEFT_COLL_LL_PACKETS_PER_THREAD shapes the LL16 grids (GPU builds; the GPU test runs them at 1 and 16); a value
 // outside [0, 16] is refused on every rank before any communication.
 TEST(CollectivesMpTest, LLPacketsPerThreadOutsideItsRangeIsRefused) {
