@@ -130,11 +130,11 @@ constexpr AllReduceAlgorithm kAllReduceAlgorithms[] = {AllReduceAlgorithm::kAuto
 // (147 against 67) and at 1 MB among 8 (81 against 68).
 constexpr uint64_t kTwoShotBudgetBytes = 4 << 20;
 // Among more than two ranks the one-shot goes no further than this (nor past its limit): with the LL16 grids sized
-// per kernel, --tune on one H100 shared by 4 ranks (2026-12-06) chose the one-shot up to 64 KB and the two-shot at
-// 256 KB and 1 MB; among 8 (the earlier grids) the one-shot led at 64 KB (23.0 against 31.3 us) and lost at 256 KB
-// (63.5 against 32.2). Two ranks keep the one-shot up to its limit: there the two-shot moves as many
-// packets and never led by more than the noise.
-constexpr uint64_t kOneShotManyRanksBytes = 64 << 10;
+// per kernel and the relaxed epoch advance, --tune on one H100 shared by 4 ranks (2026-12-06, -f 2) had the one-shot
+// ahead up to 128 KB (8.8 against 10.8 us for the two-shot) and behind from 256 KB (13.9 against 11.0); among 8
+// (earlier grids) it led at 64 KB (23.0 against 31.3) and lost at 256 KB (63.5 against 32.2). Two ranks keep the
+// one-shot up to its limit: there the two-shot moves as many packets and never led by more than the noise.
+constexpr uint64_t kOneShotManyRanksBytes = 128 << 10;
 
 // The algorithm the options ask for: an explicit one as given, kAuto as WEFT_ALLREDUCE_ALGO says (kAuto when unset).
 AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {

@@ -626,7 +626,7 @@ TEST(CollectivesMpTest, AllReduceAlgoEnvironmentVariable) {
 }
 
 // The built-in allreduce choice with the default options: one-shot up to its limit on 2 ranks; on more, one-shot up
-// to 64 KiB, two-shot up to 4 MiB / n, scatter-gather beyond (float, so sizes are 4-byte counts).
+// to 128 KiB, two-shot up to 4 MiB / n, scatter-gather beyond (float, so sizes are 4-byte counts).
 TEST(CollectivesMpTest, BuiltInAllReduceChoiceByRankCountAndSize) {
   for (int size : {2, 4}) {
     UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
@@ -640,8 +640,8 @@ TEST(CollectivesMpTest, BuiltInAllReduceChoiceByRankCountAndSize) {
         EXPECT_EQ(at(1 << 20), AllReduceAlgorithm::kOneShotLL);
         EXPECT_EQ(at((1 << 20) + 16), AllReduceAlgorithm::kScatterGather);
       } else {
-        EXPECT_EQ(at(64 << 10), AllReduceAlgorithm::kOneShotLL);
-        EXPECT_EQ(at((64 << 10) + 4), AllReduceAlgorithm::kTwoShotLL);
+        EXPECT_EQ(at(128 << 10), AllReduceAlgorithm::kOneShotLL);
+        EXPECT_EQ(at((128 << 10) + 4), AllReduceAlgorithm::kTwoShotLL);
         EXPECT_EQ(at(1 << 20), AllReduceAlgorithm::kTwoShotLL);
         EXPECT_EQ(at((1 << 20) + 4), AllReduceAlgorithm::kScatterGather);
       }
