@@ -828,7 +828,10 @@ TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
 TEST(CollectivesGpu, AllReduceLLGridShapesTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   const std::pair<const char*, const char*> shapes[] = {{"0", "0"}, {"1", "1"}, {"2", "16"}};
-  for (const auto& [blocks, perThread] : shapes) {
+  for (const auto& shape : shapes) {
+    // Plain locals: clang before 16 (hipcc) cannot capture structured bindings in a lambda.
+    const char* blocks = shape.first;
+    const char* perThread = shape.second;
     for (int size : {2, 4}) {
       for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kTwoShotLL}) {
         UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
