@@ -172,7 +172,7 @@ PacketGridCaps packetGridCaps(uint32_t ranksOnGpu, uint32_t most, uint32_t packe
   PacketGridCaps caps;
   caps.packetsPerThread = packetsPerThread == 0 ? kOneShotPacketsPerThread : packetsPerThread;
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
-  // blocksPerSm sizes for kGpuThreads threads per block: scale to the LL16 kernels' blocks.
+  // Each kernel's occupancy at the LL16 block size (blocksPerSm defaults to the staged kernels' larger blocks).
   auto cap = [&](auto kernel) {
     const int perSm = blocksPerSm(kernel, kOneShotThreads);
     return std::min(most, shareOfGpu(perSm, ranksOnGpu));
