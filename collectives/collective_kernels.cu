@@ -143,13 +143,18 @@ int stagedBlocksPerSm() {
   return perSm;
 }
 
-// The current GPU's SMs x perSm, divided among ranksOnGpu ranks, in [1, kGpuMaxBlocks] (1 when the device cannot
-// be queried).
-uint32_t shareOfGpu(int perSm, uint32_t ranksOnGpu) {
+// The current GPU's SM count, 0 when the device cannot be queried. Asked once per sizing: hipGetDeviceProperties
+// fills the whole structure each time.
+int currentSmCount() {
   int device = 0;
   hipDeviceProp_t prop{};
-  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 1;
-  uint64_t blocks = static_cast<uint64_t>(prop.multiProcessorCount) * static_cast<uint64_t>(perSm) /
+  if (hipGetDevice(&device) != hipSuccess || hipGetDeviceProperties(&prop, device) != hipSuccess) return 0;
+  return prop.multiProcessorCount;
+}
+
+// smCount x perSm, divided among ranksOnGpu ranks, in [1, kGpuMaxBlocks] (1 when smCount is 0).
+uint32_t shareOfGpu(int smCount, int perSm, uint32_t ranksOnGpu) {
+  uint64_t blocks = static_cast<uint64_t>(smCount < 0 ? 0 : smCount) * static_cast<uint64_t>(perSm) /
                     (ranksOnGpu == 0 ? 1 : ranksOnGpu);
   if (blocks < 1) blocks = 1;
   if (blocks > kGpuMaxBlocks) blocks = kGpuMaxBlocks;
@@ -161,7 +166,7 @@ uint32_t shareOfGpu(int perSm, uint32_t ranksOnGpu) {
 
 uint32_t collectiveGridBlocks(uint32_t ranksOnGpu) {
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
-  return shareOfGpu(stagedBlocksPerSm(), ranksOnGpu);
+  return shareOfGpu(currentSmCount(), stagedBlocksPerSm(), ranksOnGpu);
 #else
   (void)ranksOnGpu;
   return kGpuMaxBlocks;
@@ -173,11 +178,11 @@ PacketGridCaps packetGridCaps(uint32_t ranksOnGpu, uint32_t most, uint32_t packe
   caps.packetsPerThread = packetsPerThread == 0 ? kOneShotPacketsPerThread : packetsPerThread;
 #if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
   // Each kernel's occupancy at the LL16 block size (blocksPerSm defaults to the staged kernels' larger blocks).
+  const int smCount = currentSmCount();
   auto cap = [&](auto kernel) {
-    const int perSm = blocksPerSm(kernel, kOneShotThreads);
-    return std::min(most, shareOfGpu(perSm, ranksOnGpu));
+    return std::min(most, shareOfGpu(smCount, blocksPerSm(kernel, kOneShotThreads), ranksOnGpu));
   };
-  caps.small = std::min(cap(oneShotGatherKernel<1>), most);
+  caps.small = cap(oneShotGatherKernel<1>);
   caps.unrolledGather = cap(oneShotGatherKernel<kOneShotUnroll>);
   for (int t = 0; t < kDataTypeCount; ++t) {
     withElementType(static_cast<DataType>(t), [&](auto element) {

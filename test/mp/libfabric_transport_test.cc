@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <multi_process.hpp>
 #include <string>
 #include <thread>
@@ -200,8 +199,10 @@ bool providerPresent(const std::string& provider, std::string* why) {
 /// Removes the names of this process's shm regions ("<pid>:<uid>:<index>" in /dev/shm) before a rank dies on purpose
 /// without closing: the peer's mapping and the dead endpoint stay as a crash leaves them, but each run no longer
 /// leaves a 16 MB region behind (a container's /dev/shm is often 64 MB).
+std::string shmRegionPrefix() { return std::to_string(::getpid()) + ":" + std::to_string(::getuid()) + ":"; }
+
 void forgetShmRegionsOfThisProcess() {
-  const std::string prefix = std::to_string(::getpid()) + ":" + std::to_string(::getuid()) + ":";
+  const std::string prefix = shmRegionPrefix();
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
     const std::string name = entry.path().filename().string();
@@ -367,19 +368,13 @@ TEST_P(LibfabricTransportTest, StaleShmRegionsUnderThisPidDoNotStopTheEndpoint) 
       2,
       [&](int rank, int) {
         auto ch = pairs.take(rank);
-        auto name = [](int index) {
-          return "/dev/shm/" + std::to_string(::getpid()) + ":" + std::to_string(::getuid()) + ":" +
-                 std::to_string(index);
-        };
-        struct Unplant {
-          std::function<std::string(int)> name;
-          ~Unplant() {
-            for (int i = 0; i < kPlanted; ++i) (void)::unlink(name(i).c_str());
-          }
-        } unplant{name};
+        // Whatever the ranks leave under this pid goes at the end, on failure too: the planted names, and none live.
+        struct Forget {
+          ~Forget() { forgetShmRegionsOfThisProcess(); }
+        } forget;
         const std::vector<char> zeros(4096, 0);  // version 0: no libfabric's region
         for (int i = 0; i < kPlanted; ++i) {
-          FILE* f = std::fopen(name(i).c_str(), "wx");
+          FILE* f = std::fopen(("/dev/shm/" + shmRegionPrefix() + std::to_string(i)).c_str(), "wx");
           if (f == nullptr) continue;  // a live one of this pid: not ours to touch
           std::fwrite(zeros.data(), 1, zeros.size(), f);
           std::fclose(f);
