@@ -64,11 +64,11 @@ struct CollectiveContext {
   /// block b of rank p reached) and its per-block round counters [kMaxPairBlocks], both at the tail of its scratch.
   uint64_t* pairFlags;
   uint64_t* pairRounds;
-  /// Zero-copy allreduce (registered buffers): peer p's registration r is mapped here at regTable[r * size + p]
-  /// (null where r is free); peers write their offers into offers[p] of this rank's scratch, at offersOffset in
-  /// every rank's scratch; `plan` (this rank's, device-local) is what block 0 concluded from them; `offerRound`
-  /// counts this rank's handshakes.
-  uint8_t* const* regTable;
+  /// Zero-copy runs (registered buffers): peer p's registration in slot r is mapped here at regTable[r * size + p]
+  /// (base null where the slot is free); peers write their offers into offers[p] of this rank's scratch, at
+  /// offersOffset in every rank's scratch; `plan` (this rank's, device-local) is what block 0 concluded from them;
+  /// `offerRound` counts this rank's handshakes.
+  const struct RegistrationEntry* regTable;
   uint64_t offersOffset;
   struct ZeroCopyPlan* plan;
   uint64_t* offerRound;
@@ -76,8 +76,27 @@ struct CollectiveContext {
   int32_t size;
 };
 
-/// Most registrations (CollectiveComm::registerBuffer) one communicator holds at once.
+/// Most registrations (CollectiveComm::registerBuffer) one communicator holds at once: table slots
+/// [0, kMaxRegistrations), the same slot on every rank.
 inline constexpr uint32_t kMaxRegistrations = 64;
+
+/// Most allocations a rank registers on first use (AutoRegistrations): table slots [kMaxRegistrations,
+/// kRegistrationSlots), numbered by their owner (rank p's slot s is its own, whatever slot s is on other ranks).
+inline constexpr uint32_t kMaxAutoRegistrations = 64;
+inline constexpr uint32_t kRegistrationSlots = kMaxRegistrations + kMaxAutoRegistrations;
+
+/// Where one rank's registration in one slot is mapped in this process, and which registration of that slot it is:
+/// an offer names slot and generation (registrationKey), so an offer of a registration whose slot was since
+/// released and reused maps nothing. registerBuffer's registrations are generation 0.
+struct RegistrationEntry {
+  uint8_t* base;
+  uint64_t generation;
+};
+
+/// The value an offer carries for a buffer in registration (slot, generation); < 0 means "not registered".
+WEFT_HOST_DEVICE_INLINE int64_t registrationKey(uint32_t slot, uint64_t generation) {
+  return static_cast<int64_t>((generation << 32) | slot);
+}
 
 /// Most ranks a zero-copy run serves (the plan holds one send and one recv per rank); larger teams always stage.
 inline constexpr uint32_t kMaxZeroCopyRanks = 256;
@@ -428,9 +447,12 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
       }
       const uint64_t n = static_cast<uint64_t>(ctx.size);
       auto mapped = [&](int64_t reg, uint64_t offset) -> uint8_t* {
-        if (reg < 0 || reg >= static_cast<int64_t>(kMaxRegistrations)) return nullptr;
-        uint8_t* base = ctx.regTable[static_cast<uint64_t>(reg) * n + static_cast<uint64_t>(p)];
-        return base == nullptr ? nullptr : base + offset;
+        if (reg < 0) return nullptr;
+        const uint64_t slot = static_cast<uint64_t>(reg) & 0xffffffffu;
+        if (slot >= kRegistrationSlots) return nullptr;
+        const RegistrationEntry entry = ctx.regTable[slot * n + static_cast<uint64_t>(p)];
+        if (entry.base == nullptr || entry.generation != static_cast<uint64_t>(reg) >> 32) return nullptr;
+        return entry.base + offset;
       };
       uint8_t* send = mapped(o.sendReg, o.sendOffset);
       uint8_t* recv = mapped(o.recvReg, o.recvOffset);

@@ -15,6 +15,7 @@
 #include <weft/reduce_device.hpp>
 #include <weft/shared_host_memory.hpp>
 
+#include "auto_registrations.hpp"
 #include "collective_launch.hpp"
 #include "logging.hpp"
 
@@ -201,15 +202,18 @@ class CollectiveCommImpl {
     // The block-pair algorithms pair block b of every rank: every rank runs the smallest grid (team) any asks for.
     // Every rank must also pick the same allreduce algorithm for a size, or each waits for packets (or syncs) the
     // others never send: the selection's fingerprint travels along and a mismatch fails every rank alike.
-    std::vector<uint32_t> shapes(4 * static_cast<size_t>(size_));
+    constexpr size_t kShape = 5;  // per rank: blocks, host threads, selection (2 words), registers on first use
+    std::vector<uint32_t> shapes(kShape * static_cast<size_t>(size_));
     const uint64_t selection = selectionFingerprint();
-    shapes[4 * static_cast<size_t>(rank_)] = gpuBlocks_;
-    shapes[4 * static_cast<size_t>(rank_) + 1] = options_.hostThreads;
-    shapes[4 * static_cast<size_t>(rank_) + 2] = static_cast<uint32_t>(selection);
-    shapes[4 * static_cast<size_t>(rank_) + 3] = static_cast<uint32_t>(selection >> 32);
-    comm_->bootstrap().allGather(shapes.data(), 4 * sizeof(uint32_t));
+    const size_t mine = kShape * static_cast<size_t>(rank_);
+    shapes[mine] = gpuBlocks_;
+    shapes[mine + 1] = options_.hostThreads;
+    shapes[mine + 2] = static_cast<uint32_t>(selection);
+    shapes[mine + 3] = static_cast<uint32_t>(selection >> 32);
+    shapes[mine + 4] = options_.autoRegister && paramBool("WEFT_COLL_AUTO_REGISTER") ? 1u : 0u;
+    comm_->bootstrap().allGather(shapes.data(), kShape * sizeof(uint32_t));
     for (int p = 0; p < size_; ++p) {
-      const size_t at = 4 * static_cast<size_t>(p);
+      const size_t at = kShape * static_cast<size_t>(p);
       if (shapes[at + 2] != shapes[2] || shapes[at + 3] != shapes[3]) {
         throw Error(ErrorCode::kInvalidUsage,
                     "CollectiveComm: ranks 0 and " + std::to_string(p) +
@@ -218,9 +222,13 @@ class CollectiveCommImpl {
       }
     }
     hostThreads_ = options_.hostThreads;
+    // Registration on first use needs every rank to offer (a rank that does not would leave the others waiting).
+    autoRegister_ = size_ > 1 && size_ <= static_cast<int>(kMaxZeroCopyRanks);
     for (int p = 0; p < size_; ++p) {
-      gpuBlocks_ = std::min(gpuBlocks_, shapes[4 * static_cast<size_t>(p)]);
-      hostThreads_ = std::min(hostThreads_, shapes[4 * static_cast<size_t>(p) + 1]);
+      const size_t at = kShape * static_cast<size_t>(p);
+      gpuBlocks_ = std::min(gpuBlocks_, shapes[at]);
+      hostThreads_ = std::min(hostThreads_, shapes[at + 1]);
+      autoRegister_ = autoRegister_ && shapes[at + 4] != 0;
     }
     // Every (rank, block) chunk of a scatter-gather piece gets a slot of at least 16 bytes of the scratch's half.
     const uint64_t mostBlocks =
@@ -246,7 +254,9 @@ class CollectiveCommImpl {
     if (peersDevice_ != nullptr) (void)hipFree(peersDevice_);
     if (barrierDevice_ != nullptr) (void)hipFree(barrierDevice_);
     if (oneShotDevice_ != nullptr) (void)hipFree(oneShotDevice_);
+    autoRegistrations_.reset();  // its imports are unmapped while the device is idle
     if (regTableDevice_ != nullptr) (void)hipFree(regTableDevice_);
+    if (tableStream_ != nullptr) (void)hipStreamDestroy(tableStream_);
     if (planDevice_ != nullptr) (void)hipFree(planDevice_);
     if (offerRoundDevice_ != nullptr) (void)hipFree(offerRoundDevice_);
 #endif
@@ -289,28 +299,38 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllReduce);
     fill(a, send, recv, count, op, 0);
-    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
+    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type), stream);
     run(a, type, stream);
   }
 
-  // Where the communicator has registrations, the operation starts with the offer exchange (zero copy when every
-  // buffer the run touches on another rank is registered: zeroCopyNeeds).
-  void offer(CollectiveArgs& a, const void* send, uint64_t sendBytes, const void* recv, uint64_t recvBytes) const {
-    if (liveRegistrations_ == 0 || size_ > static_cast<int>(kMaxZeroCopyRanks)) return;
+  // Where the communicator has registrations or registers on first use, the operation starts with the offer
+  // exchange (zero copy when every buffer the run touches on another rank is registered: zeroCopyNeeds). Every rank
+  // makes the same choice: registerBuffer is collective and autoRegister_ agreed at setup.
+  void offer(CollectiveArgs& a, const void* send, uint64_t sendBytes, const void* recv, uint64_t recvBytes,
+             hipStream_t stream) {
+    if ((liveRegistrations_ == 0 && !autoRegistrations_) || size_ > static_cast<int>(kMaxZeroCopyRanks)) return;
     a.offers = 1;
+    if (autoRegistrations_) autoRegistrations_->poll(stream);
     a.offer.sendReg = findRegistration(send, sendBytes, &a.offer.sendOffset);
     a.offer.recvReg = findRegistration(recv, recvBytes, &a.offer.recvOffset);
   }
 
-  // The registration holding [p, p + bytes) and p's offset in it, or -1.
-  int64_t findRegistration(const void* p, uint64_t bytes, uint64_t* offset) const {
+  // registerBuffer's registration holding [p, p + bytes), else one made on first use; -1 when neither.
+  int64_t findRegistration(const void* p, uint64_t bytes, uint64_t* offset) {
+    const int64_t explicitReg = findExplicitRegistration(p, bytes, offset);
+    if (explicitReg >= 0 || !autoRegistrations_) return explicitReg;
+    return autoRegistrations_->find(p, bytes, offset);
+  }
+
+  // The registerBuffer registration holding [p, p + bytes) and p's offset in it, or -1.
+  int64_t findExplicitRegistration(const void* p, uint64_t bytes, uint64_t* offset) const {
     const auto* b = static_cast<const uint8_t*>(p);
     for (uint32_t r = 0; r < kMaxRegistrations; ++r) {
       const Registration& g = registrations_[r];
       if (g.base != nullptr && b >= g.base && static_cast<uint64_t>(b - g.base) <= g.bytes &&
           g.bytes - static_cast<uint64_t>(b - g.base) >= bytes) {
         *offset = static_cast<uint64_t>(b - g.base);
-        return r;
+        return registrationKey(r, 0);
       }
     }
     *offset = 0;
@@ -359,8 +379,9 @@ class CollectiveCommImpl {
     g.base = static_cast<const uint8_t*>(buffer);
     g.bytes = bytes;
     for (int p = 0; p < size_; ++p) {
-      regTableHost_[static_cast<size_t>(id) * static_cast<size_t>(size_) + static_cast<size_t>(p)] =
-          p == rank_ ? static_cast<uint8_t*>(buffer) : static_cast<uint8_t*>(g.remote[static_cast<size_t>(p)].data());
+      regTableHost_[static_cast<size_t>(id) * static_cast<size_t>(size_) + static_cast<size_t>(p)] = RegistrationEntry{
+          p == rank_ ? static_cast<uint8_t*>(buffer) : static_cast<uint8_t*>(g.remote[static_cast<size_t>(p)].data()),
+          0};
     }
     registrations_[id] = std::move(g);
     ++liveRegistrations_;
@@ -378,7 +399,8 @@ class CollectiveCommImpl {
 #endif
     comm_->bootstrap().barrier();  // every rank's kernels are done with it before any mapping goes away
     for (int p = 0; p < size_; ++p) {
-      regTableHost_[static_cast<size_t>(id) * static_cast<size_t>(size_) + static_cast<size_t>(p)] = nullptr;
+      regTableHost_[static_cast<size_t>(id) * static_cast<size_t>(size_) + static_cast<size_t>(p)] =
+          RegistrationEntry{};
     }
     publishRegistrations();
     registrations_[id] = Registration{};
@@ -395,9 +417,22 @@ class CollectiveCommImpl {
 #endif
   }
 
+  // One entry of the registration table, here and on the GPU, before returning. Kernels in flight never read it:
+  // an entry changes only while no offer names its slot and generation.
+  void writeTableEntry(uint32_t slot, int owner, uint8_t* base, uint64_t generation) {
+    const size_t at = static_cast<size_t>(slot) * static_cast<size_t>(size_) + static_cast<size_t>(owner);
+    regTableHost_[at] = RegistrationEntry{base, generation};
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    checkGpu(hipMemcpyAsync(regTableDevice_ + at, &regTableHost_[at], sizeof(RegistrationEntry), hipMemcpyHostToDevice,
+                            tableStream_),
+             "writing a registration table entry");
+    checkGpu(hipStreamSynchronize(tableStream_), "waiting for a registration table entry");
+#endif
+  }
+
   void publishRegistrations() {
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-    checkGpu(hipMemcpy(regTableDevice_, regTableHost_.data(), sizeof(uint8_t*) * regTableHost_.size(),
+    checkGpu(hipMemcpy(regTableDevice_, regTableHost_.data(), sizeof(RegistrationEntry) * regTableHost_.size(),
                        hipMemcpyHostToDevice),
              "hipMemcpy of the registration table");
     checkGpu(hipDeviceSynchronize(), "waiting for the registration table");
@@ -434,7 +469,7 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kAllGather);
     fill(a, send, recv, sendCount, ReduceOp::kSum, 0);
-    offer(a, send, bytes, recv, bytes * static_cast<uint64_t>(size_));
+    offer(a, send, bytes, recv, bytes * static_cast<uint64_t>(size_), stream);
     run(a, type, stream);
   }
 
@@ -452,7 +487,7 @@ class CollectiveCommImpl {
     CollectiveArgs a = baseArgs(CollectiveKind::kReduceScatter);
     fill(a, send, recv, recvCount, op, 0);
     const uint64_t recvBytes = recvCount * dataTypeBytes(type);
-    offer(a, send, recvBytes * static_cast<uint64_t>(size_), recv, recvBytes);
+    offer(a, send, recvBytes * static_cast<uint64_t>(size_), recv, recvBytes, stream);
     run(a, type, stream);
   }
 
@@ -472,7 +507,7 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kBroadcast);
     fill(a, send, recv, count, ReduceOp::kSum, root);
-    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
+    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type), stream);
     run(a, type, stream);
   }
 
@@ -492,7 +527,7 @@ class CollectiveCommImpl {
     }
     CollectiveArgs a = baseArgs(CollectiveKind::kReduce);
     fill(a, send, recv, count, op, root);
-    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type));
+    offer(a, send, count * dataTypeBytes(type), recv, count * dataTypeBytes(type), stream);
     run(a, type, stream);
   }
 
@@ -523,7 +558,7 @@ class CollectiveCommImpl {
     // The staged path reads the entries; the zero-copy one reads send, recv and count. It pulls block `rank` of
     // every peer's send into recv, so a rank whose buffers overlap (in place) offers nothing and every rank stages.
     fill(a, send, recv, count, ReduceOp::kSum, 0);
-    offer(a, send, all, recv, all);
+    offer(a, send, all, recv, all, stream);
     if (overlap) a.offer.sendReg = -1;
     run(a, type, stream);
   }
@@ -877,12 +912,13 @@ class CollectiveCommImpl {
     context_.pairFlags = pairFlagsOf(static_cast<uint8_t*>(scratch_.get()));
     context_.pairRounds = context_.pairFlags + pairFlagCount();
     context_.offersOffset = offersOffset();
-    regTableHost_.assign(static_cast<size_t>(kMaxRegistrations) * static_cast<size_t>(size_), nullptr);
+    regTableHost_.assign(static_cast<size_t>(kRegistrationSlots) * static_cast<size_t>(size_), RegistrationEntry{});
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-    checkGpu(hipMalloc(&regTableDevice_, sizeof(uint8_t*) * regTableHost_.size()),
+    checkGpu(hipMalloc(&regTableDevice_, sizeof(RegistrationEntry) * regTableHost_.size()),
              "hipMalloc of the registration table");
-    checkGpu(hipMemset(regTableDevice_, 0, sizeof(uint8_t*) * regTableHost_.size()),
+    checkGpu(hipMemset(regTableDevice_, 0, sizeof(RegistrationEntry) * regTableHost_.size()),
              "hipMemset of the registration table");
+    checkGpu(hipStreamCreateWithFlags(&tableStream_, hipStreamNonBlocking), "creating the registration table stream");
     checkGpu(hipMalloc(&planDevice_, sizeof(ZeroCopyPlan)), "hipMalloc of the zero-copy plan");
     checkGpu(hipMemset(planDevice_, 0, sizeof(ZeroCopyPlan)), "hipMemset of the zero-copy plan");
     checkGpu(hipMalloc(&offerRoundDevice_, sizeof(uint64_t)), "hipMalloc of the offer round");
@@ -902,6 +938,13 @@ class CollectiveCommImpl {
     context_.rank = rank_;
     context_.size = size_;
     allocatePackets();
+    if (autoRegister_) {
+      autoRegistrations_ =
+          std::make_unique<AutoRegistrations>(*comm_, kMaxRegistrations, kMaxAutoRegistrations, kScratchKind,
+                                              [this](uint32_t slot, int owner, uint8_t* base, uint64_t generation) {
+                                                writeTableEntry(slot, owner, base, generation);
+                                              });
+    }
     // Every rank's scratch, packet buffers and semaphores exist before any rank's first operation signals into them.
     comm_->bootstrap().barrier();
   }
@@ -965,6 +1008,7 @@ class CollectiveCommImpl {
     } catch (const Error& error) {
       throw Error(error.code(), std::string(collectiveKindName(kind)) + ": " + error.message());
     }
+    if (a.offers != 0 && autoRegistrations_) autoRegistrations_->launched();
     if (e != hipSuccess) {
       checkError();
       throw Error(ErrorCode::kGpuError,
@@ -1010,11 +1054,15 @@ class CollectiveCommImpl {
     std::vector<RegisteredMemory> remote;
   };
   std::vector<Registration> registrations_ = std::vector<Registration>(kMaxRegistrations);
+  bool autoRegister_ = false;  // every rank registers the allocations it runs on (agreed at setup)
+  std::unique_ptr<AutoRegistrations> autoRegistrations_;
   uint32_t liveRegistrations_ = 0;
   uint64_t registrationSeq_ = 0;
-  std::vector<uint8_t*> regTableHost_;  // [kMaxRegistrations][size]: where each rank's registration is mapped here
+  // [kRegistrationSlots][size]: where each rank's registration in each slot is mapped here.
+  std::vector<RegistrationEntry> regTableHost_;
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-  uint8_t** regTableDevice_ = nullptr;
+  RegistrationEntry* regTableDevice_ = nullptr;
+  hipStream_t tableStream_ = nullptr;  // writes single table entries without waiting for the caller's streams
   ZeroCopyPlan* planDevice_ = nullptr;
   uint64_t* offerRoundDevice_ = nullptr;
 #else

@@ -11,6 +11,8 @@ namespace weft {
 
 Bootstrap::~Bootstrap() = default;
 
+bool Bootstrap::hasMessage(int /*peer*/, int /*tag*/) { return false; }
+
 void Bootstrap::sendBytes(const std::vector<uint8_t>& data, int peer, int tag) {
   if (data.size() > kMaxBootstrapMessageBytes) {
     throw Error(ErrorCode::kInvalidArgument,

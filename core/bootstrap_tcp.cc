@@ -928,6 +928,13 @@ struct TcpBootstrap::Impl {
     if (bytes) std::memcpy(data, got[0].data(), bytes);
   }
 
+  bool hasMessage(int peer, int tag) {
+    checkPeer(peer, "hasMessage");
+    std::lock_guard lk(mu_);
+    auto it = mailbox_.find({peer, static_cast<uint16_t>(FrameType::kUser), tag});
+    return it != mailbox_.end() && !it->second.empty();
+  }
+
   const int rank_;
   const int size_;
   const std::chrono::milliseconds timeout_;
@@ -1033,5 +1040,6 @@ void TcpBootstrap::barrier() { impl_->allGatherTagged(nullptr, 0, kTagBarrier, "
 void TcpBootstrap::broadcast(void* data, uint64_t bytes, int root) { impl_->broadcast(data, bytes, root); }
 void TcpBootstrap::send(const void* data, uint64_t bytes, int peer, int tag) { impl_->send(data, bytes, peer, tag); }
 void TcpBootstrap::recv(void* data, uint64_t bytes, int peer, int tag) { impl_->recv(data, bytes, peer, tag); }
+bool TcpBootstrap::hasMessage(int peer, int tag) { return impl_->hasMessage(peer, tag); }
 
 }  // namespace weft

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <weft/error.hpp>
 #include <weft/shared_host_memory.hpp>
 
@@ -20,12 +21,14 @@ constexpr uint64_t kMaxSharedHostBytes = uint64_t{1} << 48;
 struct Allocation {
   uint64_t bytes;
   int fd;
+  uint64_t serial;
 };
 
 /// Live allocations by base address. Leaked on purpose: allocations may be freed during static destruction.
 struct Registry {
   std::mutex mutex;
   std::map<uintptr_t, Allocation> byBase;
+  uint64_t allocations = 0;  // serials handed out
 };
 
 Registry& registry() {
@@ -57,7 +60,7 @@ std::shared_ptr<void> allocSharedHostMemory(uint64_t bytes) {
   }
   {
     std::lock_guard<std::mutex> lock(registry().mutex);
-    registry().byBase[reinterpret_cast<uintptr_t>(p)] = Allocation{rounded, fd};
+    registry().byBase[reinterpret_cast<uintptr_t>(p)] = Allocation{rounded, fd, ++registry().allocations};
   }
   logDebug(LogSubsys::kInit, "shared host memory: {} bytes at {} (memfd {})", rounded, p, fd);
   return std::shared_ptr<void>(p, [rounded, fd](void* q) {
@@ -70,17 +73,38 @@ std::shared_ptr<void> allocSharedHostMemory(uint64_t bytes) {
   });
 }
 
-bool findSharedHostMemory(const void* ptr, uint64_t bytes, int* fd, uint64_t* offset) {
+namespace {
+
+// The allocation holding [ptr, ptr + bytes), or null; the caller holds the registry's mutex.
+const std::pair<const uintptr_t, Allocation>* holding(const void* ptr, uint64_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(ptr);
-  std::lock_guard<std::mutex> lock(registry().mutex);
   auto& map = registry().byBase;
   auto it = map.upper_bound(begin);  // first allocation starting after ptr
-  if (it == map.begin()) return false;
+  if (it == map.begin()) return nullptr;
   --it;
   const uint64_t inside = begin - it->first;
-  if (inside >= it->second.bytes || bytes > it->second.bytes - inside) return false;
-  if (fd != nullptr) *fd = it->second.fd;
-  if (offset != nullptr) *offset = inside;
+  if (inside >= it->second.bytes || bytes > it->second.bytes - inside) return nullptr;
+  return &*it;
+}
+
+}  // namespace
+
+bool findSharedHostMemory(const void* ptr, uint64_t bytes, int* fd, uint64_t* offset) {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  const auto* a = holding(ptr, bytes);
+  if (a == nullptr) return false;
+  if (fd != nullptr) *fd = a->second.fd;
+  if (offset != nullptr) *offset = reinterpret_cast<uintptr_t>(ptr) - a->first;
+  return true;
+}
+
+bool findSharedHostAllocation(const void* ptr, uint64_t bytes, SharedHostAllocation* out) {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  const auto* a = holding(ptr, bytes);
+  if (a == nullptr) return false;
+  out->base = reinterpret_cast<void*>(a->first);
+  out->bytes = a->second.bytes;
+  out->serial = a->second.serial;
   return true;
 }
 

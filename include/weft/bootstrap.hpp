@@ -47,6 +47,11 @@ class Bootstrap {
   /// Error(kInvalidArgument) is thrown (and that message is consumed).
   virtual void recv(void* data, uint64_t bytes, int peer, int tag) = 0;
 
+  /// Whether a message that `peer` sent under `tag` is waiting, so that recv would return without waiting; never
+  /// waits. A bootstrap that cannot tell returns false (the default), and callers that only poll then never receive:
+  /// they must treat "no message yet" as a normal answer.
+  virtual bool hasMessage(int peer, int tag);
+
   /// Sends a message of any length (up to kMaxBootstrapMessageBytes) that recvBytes on `peer` can receive without
   /// knowing its size. Uses two messages on (peer, tag): do not run it concurrently with other traffic on the
   /// same (peer, tag).
@@ -115,6 +120,7 @@ class TcpBootstrap : public Bootstrap {
   void broadcast(void* data, uint64_t bytes, int root) override;
   void send(const void* data, uint64_t bytes, int peer, int tag) override;
   void recv(void* data, uint64_t bytes, int peer, int tag) override;
+  bool hasMessage(int peer, int tag) override;
 
   /// The budget of every blocking call.
   std::chrono::milliseconds timeout() const;

@@ -106,6 +106,13 @@ struct CollectiveOptions {
   /// 2 * n * 2 * L bytes of packet buffer. 0 disables both (kOneShotLL and kTwoShotLL then fall back to
   /// kScatterGather). Every rank must pass the same value.
   uint64_t oneShotMaxBytes = 1ull << 20;
+  /// Registers on first use the allocations that collectives run on (GPU memory the transport can share; on host
+  /// builds memory from allocSharedHostMemory) and shares them with the peers, so that operations on buffers nobody
+  /// registered run zero-copy too, from a few calls after an allocation is first used; registerBuffer then only
+  /// saves those first calls. No rank waits for another to do so. Off when false on any rank, or when
+  /// WEFT_COLL_AUTO_REGISTER=0 on any rank. An allocation freed while peers hold it mapped stays mapped there until
+  /// memory at an overlapping address is used in a collective or the communicator goes.
+  bool autoRegister = true;
 };
 
 /// One point-to-point operation of a group (ncclGroupStart ... ncclGroupEnd).

@@ -74,6 +74,9 @@ inline hipError_t hipStreamDestroy(hipStream_t s) { return cudaStreamDestroy(s);
 inline hipError_t hipStreamSynchronize(hipStream_t s) { return cudaStreamSynchronize(s); }
 inline hipError_t hipStreamQuery(hipStream_t s) { return cudaStreamQuery(s); }
 inline hipError_t hipEventCreate(hipEvent_t* e) { return cudaEventCreate(e); }
+inline constexpr unsigned hipEventDisableTiming = cudaEventDisableTiming;
+inline hipError_t hipEventCreateWithFlags(hipEvent_t* e, unsigned f) { return cudaEventCreateWithFlags(e, f); }
+inline hipError_t hipEventQuery(hipEvent_t e) { return cudaEventQuery(e); }
 inline hipError_t hipEventDestroy(hipEvent_t e) { return cudaEventDestroy(e); }
 inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t s = nullptr) { return cudaEventRecord(e, s); }
 inline hipError_t hipEventSynchronize(hipEvent_t e) { return cudaEventSynchronize(e); }

@@ -19,4 +19,16 @@ std::shared_ptr<void> allocSharedHostMemory(uint64_t bytes);
 /// range. Thread-safe.
 bool findSharedHostMemory(const void* ptr, uint64_t bytes, int* fd, uint64_t* offset);
 
+/// A live allocation of allocSharedHostMemory: where it starts, its size (whole pages) and a number no other
+/// allocation of this process had, so that memory freed and allocated again at the same address is told apart.
+struct SharedHostAllocation {
+  void* base = nullptr;
+  uint64_t bytes = 0;
+  uint64_t serial = 0;
+};
+
+/// Looks up the live allocation holding [ptr, ptr + bytes) and writes it into `*out`; false (out untouched) when no
+/// single allocation covers the range. Thread-safe.
+bool findSharedHostAllocation(const void* ptr, uint64_t bytes, SharedHostAllocation* out);
+
 }  // namespace weft

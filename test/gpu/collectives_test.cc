@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 #include <weft/collectives.hpp>
@@ -559,7 +560,8 @@ void misalignedReductions(int rank, int size, const UniqueId& id, uint64_t seed)
 // a CUDA graph and replayed; every run counted as zero-copy. Then a recv outside the registration: every rank stages.
 void zeroCopyAllReduce(int rank, int size, const UniqueId& id, uint64_t seed) {
   CollectiveOptions o = withScratch(1 << 20);
-  o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather, the path registrations change
+  o.oneShotMaxBytes = 0;   // every allreduce is scatter-gather, the path registrations change
+  o.autoRegister = false;  // the unregistered recv below must stage
   GpuRank r(rank, size, id, o);
   Stream stream;
   constexpr uint64_t kBufferBytes = 16 << 20;
@@ -674,7 +676,8 @@ bool expectZeroCopy(const Case& c, bool sendOutside, bool recvOutside) {
 
 void zeroCopyEveryCollective(int rank, int size, const UniqueId& id, uint64_t seed) {
   CollectiveOptions o = withScratch(8192);
-  o.oneShotMaxBytes = 0;  // no one-shot LL: every call either stages or goes zero-copy
+  o.oneShotMaxBytes = 0;   // no one-shot LL: every call either stages or goes zero-copy
+  o.autoRegister = false;  // buffers outside the registration must stage
   GpuRank r(rank, size, id, o);
   Stream stream;
   constexpr uint64_t kArenaBytes = 4 << 20;
@@ -951,6 +954,92 @@ TEST(CollectivesGpu, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoAndF
     const uint64_t seed = freshSeed();
     auto results = runRanks(
         size, [&](int rank, int n) { zeroCopyAllReduce(rank, n, id, seed); }, std::chrono::seconds(180));
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
+}
+
+// Registration on first use: device buffers nobody registered go zero-copy within a few allreduces, every result
+// right; then the same allreduce captured in a CUDA graph replays zero-copy; then the buffer is freed and another
+// allocated (often at the same address): results stay right and the new one goes zero-copy in turn.
+void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t seed) {
+  CollectiveOptions o = withScratch(1 << 20);
+  o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather
+  GpuRank r(rank, size, id, o);
+  Stream stream;
+  constexpr uint64_t kBufferBytes = 8 << 20;
+  constexpr uint64_t kCount = 300007;
+  int caseId = 0;
+  auto allReduceOnce = [&](uint8_t* base, bool graph) {
+    ++caseId;
+    std::vector<Bytes> inputs;
+    for (int p = 0; p < size; ++p) inputs.push_back(makeInput(seed, caseId, p, DataType::kFloat32, kCount));
+    Bytes want(kCount * 4);
+    referenceReduce(DataType::kFloat32, ReduceOp::kSum, inputs, 0, kCount, want.data());
+    uint8_t* send = base + 256 * static_cast<uint64_t>(rank);
+    uint8_t* recv = base + kBufferBytes / 2 + 64 * static_cast<uint64_t>(rank);
+    checkGpu(hipMemcpy(send, inputs[static_cast<size_t>(rank)].data(), kCount * 4, hipMemcpyHostToDevice),
+             "hipMemcpy to the GPU");
+    checkGpu(hipMemset(recv, 0xa5, kCount * 4), "hipMemset (poison)");
+    checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
+    const uint64_t before = r.coll->zeroCopyCalls();
+#if WEFT_BUILD_GPU_CUDA
+    if (graph) {
+      cudaGraph_t g = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      r.coll->allReduce(send, recv, kCount, DataType::kFloat32, ReduceOp::kSum, stream.get());
+      checkGpu(cudaStreamEndCapture(stream.get(), &g), "cudaStreamEndCapture");
+      checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+      checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
+      checkGpu(hipStreamSynchronize(stream.get()), "graph replay");
+      (void)cudaGraphExecDestroy(exec);
+      (void)cudaGraphDestroy(g);
+    } else
+#endif
+    {
+      (void)graph;
+      r.coll->allReduce(send, recv, kCount, DataType::kFloat32, ReduceOp::kSum, stream.get());
+    }
+    const hipError_t e = hipStreamSynchronize(stream.get());
+    r.coll->checkError();
+    checkGpu(e, "allreduce kernel");
+    Bytes got(kCount * 4);
+    checkGpu(hipMemcpy(got.data(), recv, got.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+    EXPECT_EQ(firstDifference(got, want), "") << "case " << caseId;
+    return r.coll->zeroCopyCalls() - before;
+  };
+  auto untilZeroCopy = [&](uint8_t* base) {
+    for (int call = 0; call < 200 && !::testing::Test::HasFailure(); ++call) {
+      if (allReduceOnce(base, false) == 1) return call;
+    }
+    ADD_FAILURE() << "no zero-copy run in 200 calls";
+    return -1;
+  };
+  auto first = std::make_unique<GpuBuffer>(kBufferBytes);
+  EXPECT_EQ(allReduceOnce(first->get(), false), 0u) << "the first call cannot be zero-copy";
+  EXPECT_GE(untilZeroCopy(first->get()), 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(allReduceOnce(first->get(), false), 1u) << "call " << i;
+#if WEFT_BUILD_GPU_CUDA
+  EXPECT_EQ(allReduceOnce(first->get(), true), 1u) << "the graph replay staged";
+#endif
+  const void* firstAddress = first->get();
+  first.reset();
+  GpuBuffer second(kBufferBytes);
+  if (second.get() == firstAddress) {
+    EXPECT_EQ(allReduceOnce(second.get(), false), 0u) << "a freed allocation's mapping was used";
+  }
+  EXPECT_GE(untilZeroCopy(second.get()), 0);
+  EXPECT_EQ(allReduceOnce(second.get(), false), 1u);
+  r.comm->bootstrap().barrier();
+}
+
+TEST(CollectivesGpu, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { autoRegisteredZeroCopy(rank, n, id, seed); }, std::chrono::seconds(180));
     WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
   }
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <weft/bootstrap.hpp>
 #include <weft/error.hpp>
@@ -98,6 +99,44 @@ TEST(BootstrapSendRecvTest, UnreadTagDoesNotBlockAnotherAndSizesAreChecked) {
       EXPECT_EQ(big.back(), 1);
       boot.barrier();
     }
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// hasMessage answers at once whether recv would: false before the peer sent (and for another tag), true once the
+// message is in, false again after recv took it; a message to itself counts too.
+TEST(BootstrapSendRecvTest, HasMessageTellsWithoutWaiting) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int size) {
+    TcpBootstrap boot(rank, size, id, milliseconds(5000));
+    const int peer = 1 - rank;
+    if (rank == 0) {
+      boot.barrier();  // rank 1 looked before anything was sent
+      int v = 7;
+      boot.send(&v, sizeof(v), peer, 11);
+      boot.barrier();
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      EXPECT_FALSE(boot.hasMessage(peer, 11));
+      EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(100)) << "hasMessage waited";
+      boot.barrier();
+      const auto deadline = std::chrono::steady_clock::now() + milliseconds(5000);
+      while (!boot.hasMessage(peer, 11) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      EXPECT_TRUE(boot.hasMessage(peer, 11));
+      EXPECT_FALSE(boot.hasMessage(peer, 12));
+      int v = 0;
+      boot.recv(&v, sizeof(v), peer, 11);
+      EXPECT_EQ(v, 7);
+      EXPECT_FALSE(boot.hasMessage(peer, 11));
+      boot.barrier();
+    }
+    int self = rank;
+    boot.send(&self, sizeof(self), rank, 13);
+    EXPECT_TRUE(boot.hasMessage(rank, 13));
+    boot.recv(&self, sizeof(self), rank, 13);
+    EXPECT_THROW(boot.hasMessage(size, 13), Error);
   });
   WEFT_EXPECT_RANKS_OK(results);
 }

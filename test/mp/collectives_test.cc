@@ -788,7 +788,8 @@ void zeroCopyAllReduce(int size) {
       size,
       [&](int rank, int n) {
         CollectiveOptions o = smallScratch();
-        o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather, the path registrations change
+        o.oneShotMaxBytes = 0;   // every allreduce is scatter-gather, the path registrations change
+        o.autoRegister = false;  // after deregistration the buffer must stage
         Rank r(rank, n, id, o);
         constexpr uint64_t kBufferBytes = 1 << 20;
         std::shared_ptr<void> buffer = allocSharedHostMemory(kBufferBytes);
@@ -923,6 +924,92 @@ void zeroCopyEveryCollective(int size) {
 TEST(CollectivesMpTest, ZeroCopyEveryCollectiveTwoRanks) { zeroCopyEveryCollective(2); }
 TEST(CollectivesMpTest, ZeroCopyEveryCollectiveThreeRanks) { zeroCopyEveryCollective(3); }
 TEST(CollectivesMpTest, ZeroCopyEveryCollectiveFourRanks) { zeroCopyEveryCollective(4); }
+
+// Registration on first use: buffers nobody registered, in shared memory at offsets that differ by rank, go zero-copy
+// within a few calls (each rank shares its allocation at the first call and the peers import it at their next ones)
+// and then stay zero-copy; every result matches the reference, before and after. Then every rank frees its buffer and
+// allocates another (often at the same address): the results stay right (a stale mapping of the freed one would give
+// the old contents) and the new allocation goes zero-copy in turn.
+void autoRegisteredZeroCopy(int size) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  const uint64_t seed = freshSeed();
+  auto results = test::runRanks(
+      size,
+      [&](int rank, int n) {
+        CollectiveOptions o = smallScratch();
+        o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather
+        Rank r(rank, n, id, o);
+        constexpr uint64_t kBufferBytes = 256 << 10;
+        constexpr uint64_t kCount = 5000;
+        int caseId = 0;
+        auto allReduceOnce = [&](uint8_t* base) {
+          ++caseId;
+          std::vector<Bytes> inputs;
+          for (int p = 0; p < n; ++p) inputs.push_back(makeInput(seed, caseId, p, DataType::kFloat32, kCount));
+          Bytes want(kCount * 4);
+          referenceReduce(DataType::kFloat32, ReduceOp::kSum, inputs, 0, kCount, want.data());
+          uint8_t* send = base + 64 * static_cast<uint64_t>(rank);
+          uint8_t* recv = base + kBufferBytes / 2 + 32 * static_cast<uint64_t>(rank);
+          std::memcpy(send, inputs[static_cast<size_t>(rank)].data(), kCount * 4);
+          std::memset(recv, kPoison, kCount * 4);
+          const uint64_t before = r.coll->zeroCopyCalls();
+          r.coll->allReduce(send, recv, kCount, DataType::kFloat32, ReduceOp::kSum, nullptr);
+          EXPECT_EQ(firstDifference(Bytes(recv, recv + kCount * 4), want), "") << "case " << caseId;
+          return r.coll->zeroCopyCalls() - before;
+        };
+        // Within a bound of calls (the messages travel through the bootstrap's I/O threads), every call agreeing.
+        auto untilZeroCopy = [&](uint8_t* base) {
+          for (int call = 0; call < 200 && !::testing::Test::HasFailure(); ++call) {
+            if (allReduceOnce(base) == 1) return call;
+          }
+          ADD_FAILURE() << "no zero-copy run in 200 calls";
+          return -1;
+        };
+        std::shared_ptr<void> first = allocSharedHostMemory(kBufferBytes);
+        EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 0u) << "the first call cannot be zero-copy";
+        EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(first.get())), 0);
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 1u) << "call " << i;
+        const void* firstAddress = first.get();
+        first.reset();
+        std::shared_ptr<void> second = allocSharedHostMemory(kBufferBytes);
+        if (second.get() == firstAddress) {
+          EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 0u) << "a freed allocation's mapping was used";
+        }
+        EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(second.get())), 0);
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 1u) << "call " << i;
+        r.comm->bootstrap().barrier();
+      },
+      std::chrono::seconds(120));
+  WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
+}
+
+TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoRanks) { autoRegisteredZeroCopy(2); }
+TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAfterAFewCallsThreeRanks) { autoRegisteredZeroCopy(3); }
+
+// One rank turning registration on first use off (WEFT_COLL_AUTO_REGISTER=0) turns it off for every rank: no call
+// goes zero-copy, and none waits for offers that rank never makes.
+TEST(CollectivesMpTest, AutoRegistrationOffOnOneRankIsOffForAll) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(
+      3,
+      [&](int rank, int n) {
+        if (rank == 1) setenv("WEFT_COLL_AUTO_REGISTER", "0", 1);
+        CollectiveOptions o = smallScratch();
+        o.oneShotMaxBytes = 0;
+        Rank r(rank, n, id, o);
+        std::shared_ptr<void> buffer = allocSharedHostMemory(64 << 10);
+        auto* base = static_cast<float*>(buffer.get());
+        for (int call = 0; call < 20; ++call) {
+          for (int i = 0; i < 1000; ++i) base[i] = static_cast<float>(rank + i);
+          r.coll->allReduce(base, base + 2000, 1000, DataType::kFloat32, ReduceOp::kSum, nullptr);
+          for (int i = 0; i < 1000; i += 97) ASSERT_EQ(base[2000 + i], static_cast<float>(3 + 3 * i)) << i;
+        }
+        EXPECT_EQ(r.coll->zeroCopyCalls(), 0u);
+        r.comm->bootstrap().barrier();
+      },
+      std::chrono::seconds(60));
+  WEFT_EXPECT_RANKS_OK(results);
+}
 
 // Memory the host transport cannot share (plain heap memory): every rank's registerBuffer fails alike, with the
 // reason, instead of some ranks going on while others stop.
