@@ -236,6 +236,17 @@ std::shared_ptr<Connection> detail::CommunicatorImpl::connectOver(int peer, int 
                                               peerTransport + "': give both the same [transports] config");
   }
   impl->connection = impl->endpoint.connect(peerBlob, config.bootstrapTimeout);
+  // Neither side returns before both connected: a transport may open its connection from one side inside connect
+  // (libfabric does, so that the two sides never open it at once), and the other must not send before that is done.
+  const uint32_t connected = kEndpointMagic;
+  uint32_t peerConnected = 0;
+  bootstrap->send(&connected, sizeof(connected), peer, tag);
+  bootstrap->recv(&peerConnected, sizeof(peerConnected), peer, tag);
+  if (peerConnected != kEndpointMagic) {
+    throw Error(ErrorCode::kProtocolError, "rank " + std::to_string(rank) + ": rank " + std::to_string(peer) +
+                                               " sent something else than its connect confirmation (tag " +
+                                               std::to_string(tag) + ")");
+  }
   logDebug(LogSubsys::kP2p, "rank {} connected to rank {} over {}", rank, peer, name);
   return std::make_shared<Connection>(std::move(impl));
 }

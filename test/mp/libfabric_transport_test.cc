@@ -240,6 +240,10 @@ struct Pair {
     auto peerEp = ch.recv();
     auto peerInbox = ch.recv();
     conn = ep.connect(peerEp, 3s);
+    // What Communicator::connect does: neither side goes on before both connected (the side that opens the
+    // connection waits inside connect for the other to answer).
+    ch.send(std::vector<uint8_t>{1});
+    (void)ch.recv();
     remote = plugin->importMemory(peerInbox, 3s);
   }
 };
@@ -705,6 +709,8 @@ TEST_P(LibfabricSignalPathTest, SignalsReachTheRightRegistrationAndWordWithExact
         auto conn = ep.connect(ch->recv(), 3s);
         std::vector<TransportRemoteMemory> remotes;
         for (int r = 0; r < kRegions; ++r) remotes.push_back(plugin->importMemory(ch->recv(), 3s));
+        ch->send(std::vector<uint8_t>{1});  // both connected (as Communicator::connect confirms) before any add
+        (void)ch->recv();
         for (int i = 0; i < kAdds; ++i) {
           const int r = i % kRegions;
           conn.atomicAdd(remotes[r], 8 * (1 + 2 * r), values[i % 4]);  // words 1, 3, 5 of regions 0, 1, 2
@@ -787,6 +793,8 @@ TEST(LibfabricTransportOptionsTest, CallerDrivenProgressStillDeliversOverTcp) {
         ch->send(inReg.blob());
         auto conn = ep.connect(ch->recv(), 3s);
         auto remote = plugin->importMemory(ch->recv(), 3s);
+        ch->send(std::vector<uint8_t>{1});  // both connected (as Communicator::connect confirms) before any write
+        (void)ch->recv();
         for (uint64_t j = 0; j < kBytes; ++j) out.get()[j] = pattern(rank, kBytes, j);
         conn.write(remote, kHeader, outReg, 0, kBytes);
         conn.atomicAdd(remote, 0, 1);

@@ -1353,7 +1353,41 @@ std::string addressText(FabricState* s, const uint8_t* addr, size_t len) {
   return buf;
 }
 
-weftResult_t fabricConnect(void* endpoint, const void* peerBlob, uint64_t peerBlobBytes, uint64_t /*timeoutNs*/,
+/// Opens the provider's connection to the peer of `t` from this side: an 8-byte read of its landing line, waited for
+/// until `deadline`. Called by the side whose address sorts first; the Communicator lets neither side return from
+/// connect before both did, so the other side sends nothing before the connection is up. Why: when both sides of a
+/// pair send first at once, ofi_rxm (libfabric 1.17) resolves the simultaneous connection requests by rejecting one,
+/// and operations queued behind the rejected one were seen never to complete (on a 16-core machine, four threads per
+/// side posting atomics from the start: flushes timed out with thousands outstanding).
+void openConnection(Tracker* t, std::chrono::steady_clock::time_point deadline) {
+  FabricState* s = t->state;
+  std::unique_lock<std::mutex> lock(t->mutex);
+  const uint64_t seq = t->nextSeq;
+  while (!postLandingReadLocked(t, seq)) {
+    if (Clock::now() >= deadline) {
+      throw Failure(weftTimeout, "libfabric transport: connecting to peer " + t->peerName + " timed out (provider " +
+                                     s->provider + " had no room for the first read)");
+    }
+    lock.unlock();
+    waitStep(s);
+    lock.lock();
+  }
+  if (!t->error.empty()) throwTrackerError(t);
+  t->nextSeq = seq + 1;
+  for (;;) {
+    if (!t->error.empty()) throwTrackerError(t);
+    if (t->outstanding.find(seq) == t->outstanding.end()) return;
+    if (Clock::now() >= deadline) {
+      throw Failure(weftTimeout, "libfabric transport: connecting to peer " + t->peerName +
+                                     " timed out: it did not answer the first read (provider " + s->provider + ")");
+    }
+    lock.unlock();
+    waitStep(s);
+    lock.lock();
+  }
+}
+
+weftResult_t fabricConnect(void* endpoint, const void* peerBlob, uint64_t peerBlobBytes, uint64_t timeoutNs,
                            void** connectionOut) {
   return guard([&] {
     auto* e = checked<FabricEndpoint>(endpoint, Tag::kEndpoint, "libfabric transport endpoint");
@@ -1434,6 +1468,12 @@ weftResult_t fabricConnect(void* endpoint, const void* peerBlob, uint64_t peerBl
                                        [](const std::weak_ptr<Tracker>& w) { return w.expired(); }),
                         s->trackers.end());
       s->trackers.push_back(t);
+    }
+    // Only with a progress thread on both sides (the same config): the peer answers the read while it waits in the
+    // Communicator's confirmation exchange, where nothing else drives its endpoint.
+    if (t->peerLanding && s->progressThread &&
+        std::lexicographical_compare(s->address.begin(), s->address.end(), key.begin(), key.end())) {
+      openConnection(t.get(), Clock::now() + std::chrono::nanoseconds(clampTimeoutNs(timeoutNs)));
     }
     auto c = std::make_unique<FabricConnection>();
     c->endpoint = e;

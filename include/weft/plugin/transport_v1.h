@@ -169,6 +169,8 @@ typedef struct weftTransport_v1 {
    * Connects local `endpoint` with the peer endpoint described by `peerBlob` (`peerBlobBytes` long, read during the
    * call only), into `*connection`. Both sides call connect with the other's blob; it may block until the peer does,
    * at most `timeoutNs` nanoseconds (then weftTimeout). A blob from another transport or host is weftInvalidArgument.
+   * Core confirms to each side that the other's connect returned before either uses the connection, so a plugin may
+   * open its connection from one side inside connect and rely on the other sending nothing before that is done.
    */
   weftResult_t (*connect)(void* endpoint, const void* peerBlob, uint64_t peerBlobBytes, uint64_t timeoutNs,
                           void** connection);
