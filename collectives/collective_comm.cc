@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 #include <weft/collectives.hpp>
+#include <weft/connection.hpp>
 #include <weft/device_error.hpp>
 #include <weft/error.hpp>
 #include <weft/memory_semaphore.hpp>
 #include <weft/packet_device.hpp>
 #include <weft/params.hpp>
+#include <weft/proxy_service.hpp>
 #include <weft/reduce_device.hpp>
 #include <weft/shared_host_memory.hpp>
 
@@ -88,6 +90,7 @@ const char* allReduceAlgorithmName(AllReduceAlgorithm algorithm) {
     case AllReduceAlgorithm::kOneShotLL: return "oneshot_ll";
     case AllReduceAlgorithm::kScatterGather: return "scatter_gather";
     case AllReduceAlgorithm::kTwoShotLL: return "twoshot_ll";
+    case AllReduceAlgorithm::kPort: return "port";
   }
   return "unknown";
 }
@@ -101,6 +104,13 @@ constexpr int kConnectTag = 0x57430002;
 constexpr int kSemaphoreTag = 0x57430003;
 constexpr int kPacketTag = 0x57430004;
 constexpr int kRegistrationTag = 0x57440000;  // + the registration's sequence number (mod 2^16)
+constexpr int kPortSemaphoreTag = 0x57430006;
+// Blocks of the port allreduce's kernel when WEFT_COLL_PORT_BLOCKS is 0: it only reduces one share per piece.
+constexpr uint32_t kDefaultPortBlocks = 8;
+// Most ranks on one GPU the port allreduce runs among (it falls back to scatter-gather beyond): with 4 ranks sharing
+// an H100 under MPS a proxy's copy, issued on its connection's stream while the kernel on the caller's stream waited
+// for it, never completed (hardware queues are shared among MPS clients and streams beyond them share a queue).
+constexpr uint32_t kPortMostRanksPerGpu = 2;
 
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
 constexpr MemoryKind kScratchKind = MemoryKind::kGpu;
@@ -121,7 +131,7 @@ uint64_t checkedMul(uint64_t a, uint64_t b, const char* what) {
 
 constexpr AllReduceAlgorithm kAllReduceAlgorithms[] = {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kOneShotLL,
                                                        AllReduceAlgorithm::kScatterGather,
-                                                       AllReduceAlgorithm::kTwoShotLL};
+                                                       AllReduceAlgorithm::kTwoShotLL, AllReduceAlgorithm::kPort};
 
 // With more than two ranks, kAuto's built-in choice sends a message past the one-shot limit two-shot up to this many
 // bytes divided by the rank count, scatter-gather beyond: the two-shot writes 4(n-1)/n times the message in packets
@@ -140,7 +150,7 @@ constexpr uint64_t kOneShotManyRanksBytes = 128 << 10;
 // The algorithm the options ask for: an explicit one as given, kAuto as WEFT_ALLREDUCE_ALGO says (kAuto when unset).
 AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
   const int32_t v = static_cast<int32_t>(requested);
-  if (v < 0 || v > static_cast<int32_t>(AllReduceAlgorithm::kTwoShotLL)) {
+  if (v < 0 || v > static_cast<int32_t>(AllReduceAlgorithm::kPort)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "CollectiveComm: allReduceAlgorithm " + std::to_string(v) + " is not an AllReduceAlgorithm");
   }
@@ -151,7 +161,7 @@ AllReduceAlgorithm resolveAlgorithm(AllReduceAlgorithm requested) {
     if (*env == allReduceAlgorithmName(a)) return a;
   }
   throw Error(ErrorCode::kConfigError,
-              "WEFT_ALLREDUCE_ALGO='" + *env + "': not one of auto, oneshot_ll, scatter_gather, twoshot_ll");
+              "WEFT_ALLREDUCE_ALGO='" + *env + "': not one of auto, oneshot_ll, scatter_gather, twoshot_ll, port");
 }
 
 // The algorithm a [[collectives.allreduce]] rule names (the config parser accepted only the names of real ones).
@@ -237,6 +247,7 @@ class CollectiveCommImpl {
     hostThreads_ = static_cast<uint32_t>(std::min<uint64_t>(hostThreads_, mostBlocks));
     allocate();
     connectPeers();
+    if (portWanted()) setUpPortChannels();
     logInfo(LogSubsys::kColl,
             "collectives: rank {} of {} ready, {} bytes of scratch per rank; allreduce {}, {} allreduce rules from "
             "the config, LL16 launches up to {} bytes one-shot and {} two-shot on up to {} blocks (small kernels; "
@@ -251,6 +262,10 @@ class CollectiveCommImpl {
     // Kernels still using the memory would fault; the caller's contract is to finish them first, but a device
     // sync here makes a late destruction safe rather than a use-after-free.
     (void)hipDeviceSynchronize();
+#endif
+    portProxy_.reset();  // its threads stop before the scratch they copy between goes
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    if (portChannelsDevice_ != nullptr) (void)hipFree(portChannelsDevice_);
     if (peersDevice_ != nullptr) (void)hipFree(peersDevice_);
     if (barrierDevice_ != nullptr) (void)hipFree(barrierDevice_);
     if (oneShotDevice_ != nullptr) (void)hipFree(oneShotDevice_);
@@ -292,6 +307,10 @@ class CollectiveCommImpl {
     checkedMul(count, dataTypeBytes(type), what);
     if (count == 0) return;
     const AllReduceAlgorithm algorithm = allReduceAlgorithmFor(count, type);
+    if (algorithm == AllReduceAlgorithm::kPort) {
+      allReducePort(send, recv, count, type, op, stream);
+      return;
+    }
     if (algorithm == AllReduceAlgorithm::kOneShotLL || algorithm == AllReduceAlgorithm::kTwoShotLL) {
       reducePackets(CollectiveKind::kAllReduce, send, recv, count, 0, type, op,
                     algorithm == AllReduceAlgorithm::kTwoShotLL, -1, stream);
@@ -417,12 +436,124 @@ class CollectiveCommImpl {
 #endif
   }
 
+  // The copy-engine allreduce (port_allreduce.hpp): per piece, the input into this rank's stage region, one launch
+  // (puts through the proxy, reduction, puts of the result), the reduced piece out of the out region into recv.
+  void allReducePort(const void* send, void* recv, uint64_t count, DataType type, ReduceOp op, hipStream_t stream) {
+    checkError();
+    const uint64_t es = dataTypeBytes(type);
+    const uint64_t n = static_cast<uint64_t>(size_);
+    const uint64_t region = regionBytes(options_.scratchBytes, 3);
+    const uint64_t slot = region / n / kScratchAlign * kScratchAlign;
+    const uint64_t vector = es >= 16 ? 1 : 16 / es;
+    const uint64_t slotElements = slot / es;
+    const uint64_t pieceMax = slotElements > vector ? n * (slotElements - vector) : 0;
+    if (pieceMax == 0) {
+      throw Error(ErrorCode::kInvalidUsage, "allreduce (port): scratchBytes " + std::to_string(options_.scratchBytes) +
+                                                " leaves no room for " + std::to_string(size_) + " ranks' slots");
+    }
+    auto* mine = static_cast<uint8_t*>(scratch_.get());
+    PortAllReduceArgs a{};
+    a.ctx = context_;
+    a.op = op;
+    a.kind = static_cast<int32_t>(CollectiveKind::kAllReduce);
+    a.stageOffset = 0;
+    a.inOffset = region;
+    a.outOffset = 2 * region;
+    a.slotBytes = slot;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    a.channels = portChannelsDevice_;
+#else
+    a.channels = portChannelsHost_.data();
+#endif
+    const auto* from = static_cast<const uint8_t*>(send);
+    auto* to = static_cast<uint8_t*>(recv);
+    for (uint64_t start = 0; start < count; start += pieceMax) {
+      a.count = std::min(pieceMax, count - start);
+      checkGpu(hipMemcpyAsync(mine + a.stageOffset, from + start * es, a.count * es, hipMemcpyDefault, stream),
+               "allreduce (port): copying the input into scratch");
+      hipError_t e = hipSuccess;
+      try {
+        e = launchPortAllReduce(a, type, portBlocks_, hostThreads_, stream);
+      } catch (const Error& error) {
+        throw Error(error.code(), "allreduce (port): " + error.message());
+      }
+      if (e != hipSuccess) {
+        checkError();
+        throw Error(ErrorCode::kGpuError,
+                    std::string("allreduce (port): kernel launch failed: ") + hipGetErrorString(e));
+      }
+      checkGpu(hipMemcpyAsync(to + start * es, mine + a.outOffset, a.count * es, hipMemcpyDefault, stream),
+               "allreduce (port): copying the result out of scratch");
+    }
+  }
+
+  // Whether the port allreduce may be chosen here, and so needs its channels. Not where more than
+  // kPortMostRanksPerGpu ranks share a GPU (every rank knows the same maximum): it then runs scatter-gather.
+  bool portWanted() const {
+    const bool named = algorithm_ == AllReduceAlgorithm::kPort ||
+                       std::any_of(rules_.begin(), rules_.end(),
+                                   [](const Rule& r) { return r.algorithm == AllReduceAlgorithm::kPort; });
+    if (named && mostRanksOnAGpu_ > kPortMostRanksPerGpu) {
+      if (rank_ == 0) {
+        logWarn(LogSubsys::kColl,
+                "collectives: the port allreduce runs scatter-gather instead: {} ranks share one GPU, and beyond {} "
+                "the proxy's copies were seen to wait behind the kernel that waits for them (docs/collectives.md)",
+                mostRanksOnAGpu_, kPortMostRanksPerGpu);
+      }
+      return false;
+    }
+    return named;
+  }
+
+  // PortChannels from this rank's scratch into every peer's, served by a proxy of their own that sends every request
+  // through the transport (no direct load/store path): the copy engines move the bytes.
+  void setUpPortChannels() {
+    const int64_t blocks = paramInt("WEFT_COLL_PORT_BLOCKS");
+    if (blocks < 0 || blocks > static_cast<int64_t>(kGpuMaxBlocks)) {
+      throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: WEFT_COLL_PORT_BLOCKS " + std::to_string(blocks) +
+                                                   " outside [0, " + std::to_string(kGpuMaxBlocks) + "]");
+    }
+    // No more than half the staged kernels' grid: its grid barrier needs every block resident, and SMs must stay
+    // free for the one-thread kernels the cuda_ipc transport signals with (a port grid of the whole staged grid
+    // left none: the proxy's signal waited behind the kernel waiting for it).
+    portBlocks_ = std::min(blocks == 0 ? kDefaultPortBlocks : static_cast<uint32_t>(blocks),
+                           std::max<uint32_t>(1, gpuBlocks_ / 2));
+    ProxyServiceOptions o = ProxyServiceOptions::fromConfig(comm_->config());
+    o.directMaxBytes = 0;
+    o.budgetNs = budgetNs_;
+    portProxy_ = std::make_unique<ProxyService>(*comm_, o);
+    const MemoryId src = portProxy_->addMemory(localScratch_);
+    std::vector<PortChannelDeviceHandle> handles(static_cast<size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      // The connection the rank syncs already use: each cuda_ipc connection has a stream of its own, and streams
+      // beyond the device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default) share queues, where a copy
+      // or signal kernel of the proxy could wait behind the very kernel that waits for it.
+      const SemaphoreId sem = portProxy_->buildSemaphore(connections_[static_cast<size_t>(p)], kPortSemaphoreTag);
+      const MemoryId dst = portProxy_->addMemory(remoteScratch_[static_cast<size_t>(p)]);
+      handles[static_cast<size_t>(p)] = portProxy_->portChannel(sem, dst, src).deviceHandle();
+    }
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    checkGpu(hipMalloc(&portChannelsDevice_, sizeof(PortChannelDeviceHandle) * handles.size()),
+             "hipMalloc of the port channels");
+    checkGpu(hipMemcpy(portChannelsDevice_, handles.data(), sizeof(PortChannelDeviceHandle) * handles.size(),
+                       hipMemcpyHostToDevice),
+             "hipMemcpy of the port channels");
+#else
+    portChannelsHost_ = std::move(handles);
+#endif
+    portProxy_->start();
+  }
+
   // One entry of the registration table, here and on the GPU, before returning. Kernels in flight never read it:
   // an entry changes only while no offer names its slot and generation.
   void writeTableEntry(uint32_t slot, int owner, uint8_t* base, uint64_t generation) {
     const size_t at = static_cast<size_t>(slot) * static_cast<size_t>(size_) + static_cast<size_t>(owner);
     regTableHost_[at] = RegistrationEntry{base, generation};
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    if (tableStream_ == nullptr) {
+      checkGpu(hipStreamCreateWithFlags(&tableStream_, hipStreamNonBlocking), "creating the registration table stream");
+    }
     checkGpu(hipMemcpyAsync(regTableDevice_ + at, &regTableHost_[at], sizeof(RegistrationEntry), hipMemcpyHostToDevice,
                             tableStream_),
              "writing a registration table entry");
@@ -440,6 +571,12 @@ class CollectiveCommImpl {
   }
 
   AllReduceAlgorithm allReduceAlgorithmFor(uint64_t count, DataType type) const {
+    const AllReduceAlgorithm a = chooseAllReduce(count, type);
+    return a == AllReduceAlgorithm::kPort && !portProxy_ ? AllReduceAlgorithm::kScatterGather : a;
+  }
+
+  AllReduceAlgorithm chooseAllReduce(uint64_t count, DataType type) const {
+    if (algorithm_ == AllReduceAlgorithm::kPort) return algorithm_;
     if (oneShotLimitBytes_ == 0) return AllReduceAlgorithm::kScatterGather;
     if (algorithm_ != AllReduceAlgorithm::kAuto) return algorithm_;
     const uint64_t es = dataTypeBytes(type);
@@ -627,6 +764,12 @@ class CollectiveCommImpl {
   }
 
   void checkError() const {
+    if (portProxy_) {
+      portProxy_->checkError();
+      if (portProxy_->errors().hasError()) {
+        throw Error(ErrorCode::kTimeout, "allreduce (port): " + portProxy_->errors().describe());
+      }
+    }
     if (!errors_.hasError()) return;
     const DeviceErrorRecord& r = *errors_.hostRecord();
     const char* op = r.channel >= 0 && r.channel <= static_cast<int32_t>(CollectiveKind::kSendRecv)
@@ -784,6 +927,9 @@ class CollectiveCommImpl {
     keys[static_cast<size_t>(rank_)] = key;
     comm_->bootstrap().allGather(keys.data(), sizeof(uint64_t));
     ranksOnGpu_ = static_cast<uint32_t>(std::count(keys.begin(), keys.end(), key));
+    for (uint64_t k : keys) {
+      mostRanksOnAGpu_ = std::max(mostRanksOnAGpu_, static_cast<uint32_t>(std::count(keys.begin(), keys.end(), k)));
+    }
     const uint32_t limit = collectiveGridBlocks(ranksOnGpu_);
     if (want == 0) return limit;
     if (want > static_cast<int64_t>(limit)) {
@@ -867,6 +1013,7 @@ class CollectiveCommImpl {
     std::vector<PeerSlot> slots(static_cast<size_t>(size_));
     const DeviceWaitOptions waitOptions{errors_.deviceRecord(), -1, budgetNs_};
     remoteScratch_.resize(static_cast<size_t>(size_));
+    connections_.resize(static_cast<size_t>(size_));
     for (int p = 0; p < size_; ++p) {
       PeerSlot& slot = slots[static_cast<size_t>(p)];
       slot = PeerSlot{};
@@ -881,13 +1028,14 @@ class CollectiveCommImpl {
                                                   std::to_string(p) + "'s scratch (transport " +
                                                   comm_->transportFor(p, kScratchKind) + " has no load/store path)");
       }
-      if (remote.size() < scratchAllocBytes()) {
+      if (remote.size() != scratchAllocBytes()) {
         throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: rank " + std::to_string(p) + "'s scratch is " +
                                                      std::to_string(remote.size()) + " bytes, this rank's is " +
                                                      std::to_string(options_.scratchBytes) +
                                                      " (scratchBytes must match on every rank)");
       }
-      auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(*comm_, comm_->connect(p, kConnectTag, kScratchKind),
+      connections_[static_cast<size_t>(p)] = comm_->connect(p, kConnectTag, kScratchKind);
+      auto sem = std::make_shared<MemoryDevice2DeviceSemaphore>(*comm_, connections_[static_cast<size_t>(p)],
                                                                 kSemaphoreTag, kScratchKind);
       slot.scratch = static_cast<uint8_t*>(remote.data());
       slot.pairFlags = pairFlagsOf(slot.scratch);
@@ -918,7 +1066,6 @@ class CollectiveCommImpl {
              "hipMalloc of the registration table");
     checkGpu(hipMemset(regTableDevice_, 0, sizeof(RegistrationEntry) * regTableHost_.size()),
              "hipMemset of the registration table");
-    checkGpu(hipStreamCreateWithFlags(&tableStream_, hipStreamNonBlocking), "creating the registration table stream");
     checkGpu(hipMalloc(&planDevice_, sizeof(ZeroCopyPlan)), "hipMalloc of the zero-copy plan");
     checkGpu(hipMemset(planDevice_, 0, sizeof(ZeroCopyPlan)), "hipMemset of the zero-copy plan");
     checkGpu(hipMalloc(&offerRoundDevice_, sizeof(uint64_t)), "hipMalloc of the offer round");
@@ -1026,6 +1173,7 @@ class CollectiveCommImpl {
   RegisteredMemory localScratch_;
   std::vector<RegisteredMemory> remoteScratch_;
   std::vector<std::shared_ptr<MemoryDevice2DeviceSemaphore>> semaphores_;
+  std::vector<std::shared_ptr<Connection>> connections_;  // to every peer (null for this rank), for the scratch kind
   CollectiveContext context_{};
   AllReduceAlgorithm algorithm_ = AllReduceAlgorithm::kAuto;
   uint64_t oneShotLimitBytes_ = 0;  // bytes per one-shot launch; 0: no LL16 paths
@@ -1036,10 +1184,11 @@ class CollectiveCommImpl {
     AllReduceAlgorithm algorithm;
   };
   std::vector<Rule> rules_;
-  PacketGridCaps packetGrids_;  // the LL16 kernels' grid caps
-  uint32_t gpuBlocks_ = 1;      // grid of the staged kernels (GPU builds), the same on every rank
-  uint32_t hostThreads_ = 1;    // workers of a host team (host builds), the same on every rank
-  uint32_t ranksOnGpu_ = 1;     // ranks of this communicator on this rank's GPU, itself included
+  PacketGridCaps packetGrids_;    // the LL16 kernels' grid caps
+  uint32_t gpuBlocks_ = 1;        // grid of the staged kernels (GPU builds), the same on every rank
+  uint32_t hostThreads_ = 1;      // workers of a host team (host builds), the same on every rank
+  uint32_t ranksOnGpu_ = 1;       // ranks of this communicator on this rank's GPU, itself included
+  uint32_t mostRanksOnAGpu_ = 1;  // the most ranks of this communicator on any one GPU (the same on every rank)
   uint64_t oneShotSlotBytes_ = 0;
   std::shared_ptr<void> packets_;
   RegisteredMemory localPackets_;
@@ -1054,6 +1203,14 @@ class CollectiveCommImpl {
     std::vector<RegisteredMemory> remote;
   };
   std::vector<Registration> registrations_ = std::vector<Registration>(kMaxRegistrations);
+  // The port allreduce (set up only where it may be chosen): its proxy, its channels into every peer's scratch.
+  std::unique_ptr<ProxyService> portProxy_;
+  uint32_t portBlocks_ = kDefaultPortBlocks;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+  PortChannelDeviceHandle* portChannelsDevice_ = nullptr;
+#else
+  std::vector<PortChannelDeviceHandle> portChannelsHost_;
+#endif
   bool autoRegister_ = false;  // every rank registers the allocations it runs on (agreed at setup)
   std::unique_ptr<AutoRegistrations> autoRegistrations_;
   uint32_t liveRegistrations_ = 0;

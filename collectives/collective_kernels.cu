@@ -81,6 +81,11 @@ WEFT_GLOBAL void __launch_bounds__(kGpuThreads) movingKernel(CollectiveArgs args
   runMoving(gpuTeam(), args, elementBytes);
 }
 
+template <class T>
+WEFT_GLOBAL void __launch_bounds__(kGpuThreads) portAllReduceKernel(PortAllReduceArgs args) {
+  portAllReduce<T>(gpuTeam(), args);
+}
+
 #else
 
 /// Host workers are blocks of one thread: the block barrier is nothing.
@@ -274,6 +279,24 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
         allReduceOneShot<decltype(element)>(team, args);
       }
     });
+  });
+  return hipSuccess;
+#endif
+}
+
+hipError_t launchPortAllReduce(const PortAllReduceArgs& args, DataType type, uint32_t gpuBlocks, uint32_t hostThreads,
+                               hipStream_t stream) {
+#if defined(WEFT_COMPILER_CUDA) || defined(WEFT_COMPILER_HIP)
+  (void)hostThreads;
+  withElementType(type, [&](auto element) {
+    portAllReduceKernel<decltype(element)><<<gpuBlocks == 0 ? 1 : gpuBlocks, kGpuThreads, 0, stream>>>(args);
+  });
+  return hipGetLastError();
+#else
+  (void)stream;
+  (void)gpuBlocks;
+  runHostTeam(hostThreads == 0 ? 1 : hostThreads, &args.ctx.barrier->abort, [&](const Team<HostBlockSync>& team) {
+    withElementType(type, [&](auto element) { portAllReduce<decltype(element)>(team, args); });
   });
   return hipSuccess;
 #endif

@@ -7,6 +7,7 @@
 #include <weft/gpu.hpp>
 
 #include "collective_algorithms.hpp"
+#include "port_allreduce.hpp"
 
 namespace weft::detail {
 
@@ -62,5 +63,10 @@ hipError_t launchAllReducePackets(const OneShotArgs& args, DataType type, bool t
 /// recv + p * recvStride; grid and host workers as launchAllReduceOneShot.
 hipError_t launchAllGatherOneShot(const OneShotArgs& args, uint64_t recvStride, const PacketGridCaps& caps,
                                   uint32_t hostThreads, hipStream_t stream);
+
+/// Runs one piece of the copy-engine allreduce (portAllReduce) on elements of `type`: a kernel of `gpuBlocks` blocks
+/// (GPU builds) or `hostThreads` workers run to completion (host builds), as launchCollective.
+hipError_t launchPortAllReduce(const PortAllReduceArgs& args, DataType type, uint32_t gpuBlocks, uint32_t hostThreads,
+                               hipStream_t stream);
 
 }  // namespace weft::detail

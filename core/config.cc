@@ -800,7 +800,7 @@ Config Config::parse(std::string_view tomlText, const std::string& sourceName) {
 }
 
 const std::vector<std::string>& allReduceRuleAlgorithms() {
-  static const std::vector<std::string> kAlgorithms = {"oneshot_ll", "scatter_gather", "twoshot_ll"};
+  static const std::vector<std::string> kAlgorithms = {"oneshot_ll", "scatter_gather", "twoshot_ll", "port"};
   return kAlgorithms;
 }
 

@@ -80,10 +80,13 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_ALLREDUCE_ALGO", "string", "auto",
      "Algorithm of CollectiveComm::allReduce when the code leaves CollectiveOptions::allReduceAlgorithm at auto: "
      "auto (one-shot LL16 for small messages, two-shot LL16 for mid-sized ones among more than two ranks, "
-     "scatter-gather above), oneshot_ll, twoshot_ll or scatter_gather. Must be the same on every rank."},
+     "scatter-gather above), oneshot_ll, twoshot_ll, scatter_gather or port (copy engines move the bytes). Must be the "
+     "same on every rank."},
     {"WEFT_COLL_AUTO_REGISTER", "bool", "1",
      "Collectives register the allocations they run on with the peers on first use, so that later operations on them "
      "run zero-copy (CollectiveOptions::autoRegister). 0 on any rank turns it off for the communicator."},
+    {"WEFT_COLL_PORT_BLOCKS", "int", "0",
+     "Blocks of the port allreduce's kernel (1..256), which only reduces (the copy engines move the bytes); 0: 8."},
     {"WEFT_COLL_GPU_BLOCKS", "int", "0",
      "Blocks of each staged collective kernel (1..256) when the code leaves CollectiveOptions::gpuBlocks at 0; 0 sizes "
      "the grid from the GPU (half its resident blocks, divided among the ranks sharing it)."},

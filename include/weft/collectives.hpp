@@ -77,8 +77,15 @@ enum class AllReduceAlgorithm : int32_t {
   /// writes 4(n-1)/n times the message in packets instead of the one-shot's 2(n-1), for a second packet latency.
   /// Messages larger than the per-launch limit go in several launches.
   kTwoShotLL,
+  /// Reduce-scatter + all-gather whose bytes the copy engines move, leaving the SMs to the application's kernels: per
+  /// piece the input is copied into scratch, a kernel of a few blocks (WEFT_COLL_PORT_BLOCKS) puts each peer's share
+  /// into that peer's scratch through PortChannels (the proxy issues copy-engine copies; nothing goes the direct
+  /// load/store path), reduces its own share once the peers' arrived, puts the result into every peer's scratch,
+  /// and a copy brings the whole reduced piece into recv. Chosen only when asked for (by the options,
+  /// WEFT_ALLREDUCE_ALGO or a config rule); its proxy thread runs only then.
+  kPort,
 };
-/// "auto", "oneshot_ll", "scatter_gather" or "twoshot_ll" ("unknown" outside the enum); the spellings
+/// "auto", "oneshot_ll", "scatter_gather", "twoshot_ll" or "port" ("unknown" outside the enum); the spellings
 /// WEFT_ALLREDUCE_ALGO takes.
 const char* allReduceAlgorithmName(AllReduceAlgorithm algorithm);
 

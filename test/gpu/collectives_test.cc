@@ -349,8 +349,11 @@ void allReduceWith(int rank, int size, const UniqueId& id, uint64_t seed, AllRed
                            atTwoShotLimit, atTwoShotLimit + 1, 3 * atLimit + 5, uint64_t{5000}}) {
       cases.push_back({CollectiveKind::kAllReduce, type, ReduceOp::kSum, count, (caseId % 2) == 0, 0});
     }
+    // The port allreduce runs among at most two ranks per GPU; beyond, scatter-gather (docs/collectives.md).
+    const AllReduceAlgorithm want =
+        algorithm == AllReduceAlgorithm::kPort && size > 2 ? AllReduceAlgorithm::kScatterGather : algorithm;
     for (const Case& c : cases) {
-      EXPECT_EQ(r.coll->allReduceAlgorithmFor(c.count, type), algorithm);
+      EXPECT_EQ(r.coll->allReduceAlgorithmFor(c.count, type), want);
       runCase(*r.coll, c, caseId++, seed, stream.get());
       if (::testing::Test::HasFailure()) break;
     }
@@ -814,8 +817,8 @@ TEST(CollectivesGpu, LargeMessagesUpTo256MBAndCountZeroTwoProcesses) {
 TEST(CollectivesGpu, AllReduceEachAlgorithmTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
   for (int size : {2, 4}) {
-    for (AllReduceAlgorithm algorithm :
-         {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kTwoShotLL}) {
+    for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather,
+                                         AllReduceAlgorithm::kTwoShotLL, AllReduceAlgorithm::kPort}) {
       UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
       const uint64_t seed = freshSeed();
       auto results = runRanks(
@@ -1031,6 +1034,75 @@ void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t see
   EXPECT_GE(untilZeroCopy(second.get()), 0);
   EXPECT_EQ(allReduceOnce(second.get(), false), 1u);
   r.comm->bootstrap().barrier();
+}
+
+// The copy-engine allreduce on large messages (several pieces of a 6 MB scratch, odd counts, in place and out of
+// place, sum and max), eager and captured into CUDA graphs (two captures, each launched once).
+void portAllReduceLarge(int rank, int size, const UniqueId& id, uint64_t seed) {
+  CollectiveOptions o = withScratch(6 << 20);
+  o.allReduceAlgorithm = AllReduceAlgorithm::kPort;
+  GpuRank r(rank, size, id, o);
+  Stream stream;
+  // Among more than two ranks on one GPU it falls back to scatter-gather (docs/collectives.md); results must hold.
+  EXPECT_EQ(r.coll->allReduceAlgorithmFor(1 << 20, DataType::kFloat32),
+            size > 2 ? AllReduceAlgorithm::kScatterGather : AllReduceAlgorithm::kPort);
+  int caseId = 0;
+  for (uint64_t count : {uint64_t{1}, uint64_t{300007}, (uint64_t{16} << 20) / 4 + 3}) {
+    for (bool graph : {false, true}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        ++caseId;
+        const bool inPlace = caseId % 2 == 0;
+        std::vector<Bytes> inputs;
+        for (int p = 0; p < size; ++p) inputs.push_back(makeInput(seed, caseId, p, DataType::kFloat32, count));
+        Bytes want(count * 4);
+        referenceReduce(DataType::kFloat32, op, inputs, 0, count, want.data());
+        GpuBuffer send(count * 4), recvBuffer(count * 4);
+        uint8_t* recv = inPlace ? send.get() : recvBuffer.get();
+        for (int replay = 0; replay < (graph ? 2 : 1); ++replay) {
+          send.upload(inputs[static_cast<size_t>(rank)]);
+          if (!inPlace) checkGpu(hipMemset(recv, 0xa5, count * 4), "hipMemset (poison)");
+          checkGpu(hipDeviceSynchronize(), "waiting for the fill");
+#if WEFT_BUILD_GPU_CUDA
+          if (graph) {
+            cudaGraph_t g = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+            r.coll->allReduce(send.get(), recv, count, DataType::kFloat32, op, stream.get());
+            checkGpu(cudaStreamEndCapture(stream.get(), &g), "cudaStreamEndCapture");
+            checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+            checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
+            checkGpu(hipStreamSynchronize(stream.get()), "graph replay");
+            (void)cudaGraphExecDestroy(exec);
+            (void)cudaGraphDestroy(g);
+          } else
+#endif
+          {
+            r.coll->allReduce(send.get(), recv, count, DataType::kFloat32, op, stream.get());
+          }
+          const hipError_t e = hipStreamSynchronize(stream.get());
+          r.coll->checkError();
+          checkGpu(e, "port allreduce");
+          Bytes got(count * 4);
+          checkGpu(hipMemcpy(got.data(), recv, got.size(), hipMemcpyDeviceToHost), "hipMemcpy from the GPU");
+          EXPECT_EQ(firstDifference(got, want), "")
+              << "count " << count << (graph ? " graph" : "") << (inPlace ? " in place" : "") << " case " << caseId;
+        }
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+  r.comm->bootstrap().barrier();
+}
+
+TEST(CollectivesGpu, PortAllReduceLargeAndInCudaGraphTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { portAllReduceLarge(rank, n, id, seed); }, std::chrono::seconds(180));
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
 }
 
 TEST(CollectivesGpu, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoAndFourProcesses) {

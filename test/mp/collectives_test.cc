@@ -414,8 +414,8 @@ TEST(CollectivesMpTest, SendRecvGroupsFourRanks) {
 // A rank that never joins the operation: the other's wait runs out of its budget and names the rank, the peer
 // and the operation; within a few budgets, not a hang. Every allreduce algorithm (packet waits, a semaphore wait).
 TEST(CollectivesMpTest, PeerThatNeverJoinsTimesOut) {
-  for (AllReduceAlgorithm algorithm :
-       {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kTwoShotLL}) {
+  for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather,
+                                       AllReduceAlgorithm::kTwoShotLL, AllReduceAlgorithm::kPort}) {
     SCOPED_TRACE(allReduceAlgorithmName(algorithm));
     UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
     auto results = test::runRanks(2, [&](int rank, int n) {
@@ -503,8 +503,9 @@ void allReduceWith(int size, AllReduceAlgorithm algorithm) {
 }
 
 void allReduceEachAlgorithm(int size) {
-  for (AllReduceAlgorithm algorithm : {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather,
-                                       AllReduceAlgorithm::kTwoShotLL, AllReduceAlgorithm::kAuto}) {
+  for (AllReduceAlgorithm algorithm :
+       {AllReduceAlgorithm::kOneShotLL, AllReduceAlgorithm::kScatterGather, AllReduceAlgorithm::kTwoShotLL,
+        AllReduceAlgorithm::kPort, AllReduceAlgorithm::kAuto}) {
     allReduceWith(size, algorithm);
   }
 }

@@ -291,7 +291,7 @@ TEST(ConfigTest, CollectivesAllReduceRules) {
                                   {2, 65536, "oneshot_ll"}, {4, 1048576, "twoshot_ll"}, {0, 0, "scatter_gather"}}));
   EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"ring\"\n"),
             "weft.toml:2:13: 'collectives.allreduce[0].algorithm' must be one of \"oneshot_ll\", \"scatter_gather\", "
-            "\"twoshot_ll\", got 'ring'");
+            "\"twoshot_ll\", \"port\", got 'ring'");
   EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"oneshot_ll\"\n[[collectives.allreduce]]\n"
                        "max_bytes = -1\nalgorithm = \"oneshot_ll\"\n"),
             "weft.toml:4:13: 'collectives.allreduce[1].max_bytes' must be >= 0 (0: any size)");

@@ -70,7 +70,8 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_COLL_AUTO_REGISTER",
                                           "WEFT_COLL_GPU_BLOCKS",
                                           "WEFT_COLL_ONESHOT_BLOCKS",
-                                          "WEFT_COLL_LL_PACKETS_PER_THREAD"};
+                                          "WEFT_COLL_LL_PACKETS_PER_THREAD",
+                                          "WEFT_COLL_PORT_BLOCKS"};
   std::set<std::string> seen;
   const std::set<std::string> types = {"string", "int", "bool", "list", "path-list", "typed per key"};
   for (const ParamInfo& p : allParams()) {
