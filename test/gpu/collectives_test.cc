@@ -148,6 +148,29 @@ class Stream {
   hipStream_t s_ = nullptr;
 };
 
+/// Runs `enqueue` on `stream`: when `graph` is set (CUDA builds), captured into a CUDA graph that is launched once,
+/// waited for and destroyed; otherwise directly, without waiting.
+template <class F>
+void runMaybeCaptured(hipStream_t stream, bool graph, F&& enqueue) {
+#if WEFT_BUILD_GPU_CUDA
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    checkGpu(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    enqueue();
+    checkGpu(cudaStreamEndCapture(stream, &g), "cudaStreamEndCapture");
+    checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    checkGpu(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    checkGpu(hipStreamSynchronize(stream), "graph replay");
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(g);
+    return;
+  }
+#endif
+  (void)graph;
+  enqueue();
+}
+
 struct Case {
   CollectiveKind kind;
   DataType type;
@@ -583,24 +606,7 @@ void zeroCopyAllReduce(int rank, int size, const UniqueId& id, uint64_t seed) {
              "hipMemcpy to the GPU");
     if (recv != send) checkGpu(hipMemset(recv, 0xa5, count * es), "hipMemset (poison)");
     checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
-#if WEFT_BUILD_GPU_CUDA
-    if (graph) {
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      r.coll->allReduce(send, recv, count, type, op, stream.get());
-      checkGpu(cudaStreamEndCapture(stream.get(), &g), "cudaStreamEndCapture");
-      checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-      checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
-      checkGpu(hipStreamSynchronize(stream.get()), "graph replay");
-      (void)cudaGraphExecDestroy(exec);
-      (void)cudaGraphDestroy(g);
-    } else
-#endif
-    {
-      (void)graph;
-      r.coll->allReduce(send, recv, count, type, op, stream.get());
-    }
+    runMaybeCaptured(stream.get(), graph, [&] { r.coll->allReduce(send, recv, count, type, op, stream.get()); });
     const hipError_t e = hipStreamSynchronize(stream.get());
     r.coll->checkError();
     checkGpu(e, "allreduce kernel");
@@ -753,6 +759,18 @@ void largeMessages(int rank, int size, const UniqueId& id, uint64_t seed) {
 }
 
 uint64_t freshSeed() { return std::random_device{}() * 0x100000001ull + static_cast<uint64_t>(time(nullptr)); }
+
+/// Runs body(rank, size, id, seed) on 2 and then on 4 processes, each time with a fresh id and seed.
+template <class Body>
+void onTwoAndFourProcesses(Body body, std::chrono::seconds timeout) {
+  for (int size : {2, 4}) {
+    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+    const uint64_t seed = freshSeed();
+    auto results = runRanks(
+        size, [&](int rank, int n) { body(rank, n, id, seed); }, timeout);
+    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
+  }
+}
 
 TEST(CollectivesGpu, EveryCollectiveTwoProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
@@ -952,13 +970,7 @@ TEST(CollectivesGpu, ZeroCopyEveryCollectiveTwoThreeAndFourProcesses) {
 #if WEFT_BUILD_GPU_CUDA
 TEST(CollectivesGpu, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  for (int size : {2, 4}) {
-    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-    const uint64_t seed = freshSeed();
-    auto results = runRanks(
-        size, [&](int rank, int n) { zeroCopyAllReduce(rank, n, id, seed); }, std::chrono::seconds(180));
-    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
-  }
+  onTwoAndFourProcesses(zeroCopyAllReduce, std::chrono::seconds(180));
 }
 
 // Registration on first use: device buffers nobody registered go zero-copy within a few allreduces, every result
@@ -985,24 +997,8 @@ void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t see
     checkGpu(hipMemset(recv, 0xa5, kCount * 4), "hipMemset (poison)");
     checkGpu(hipDeviceSynchronize(), "waiting for the fill (later work runs on non-blocking streams)");
     const uint64_t before = r.coll->zeroCopyCalls();
-#if WEFT_BUILD_GPU_CUDA
-    if (graph) {
-      cudaGraph_t g = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-      r.coll->allReduce(send, recv, kCount, DataType::kFloat32, ReduceOp::kSum, stream.get());
-      checkGpu(cudaStreamEndCapture(stream.get(), &g), "cudaStreamEndCapture");
-      checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-      checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
-      checkGpu(hipStreamSynchronize(stream.get()), "graph replay");
-      (void)cudaGraphExecDestroy(exec);
-      (void)cudaGraphDestroy(g);
-    } else
-#endif
-    {
-      (void)graph;
-      r.coll->allReduce(send, recv, kCount, DataType::kFloat32, ReduceOp::kSum, stream.get());
-    }
+    runMaybeCaptured(stream.get(), graph,
+                     [&] { r.coll->allReduce(send, recv, kCount, DataType::kFloat32, ReduceOp::kSum, stream.get()); });
     const hipError_t e = hipStreamSynchronize(stream.get());
     r.coll->checkError();
     checkGpu(e, "allreduce kernel");
@@ -1062,23 +1058,8 @@ void portAllReduceLarge(int rank, int size, const UniqueId& id, uint64_t seed) {
           send.upload(inputs[static_cast<size_t>(rank)]);
           if (!inPlace) checkGpu(hipMemset(recv, 0xa5, count * 4), "hipMemset (poison)");
           checkGpu(hipDeviceSynchronize(), "waiting for the fill");
-#if WEFT_BUILD_GPU_CUDA
-          if (graph) {
-            cudaGraph_t g = nullptr;
-            cudaGraphExec_t exec = nullptr;
-            checkGpu(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-            r.coll->allReduce(send.get(), recv, count, DataType::kFloat32, op, stream.get());
-            checkGpu(cudaStreamEndCapture(stream.get(), &g), "cudaStreamEndCapture");
-            checkGpu(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-            checkGpu(cudaGraphLaunch(exec, stream.get()), "cudaGraphLaunch");
-            checkGpu(hipStreamSynchronize(stream.get()), "graph replay");
-            (void)cudaGraphExecDestroy(exec);
-            (void)cudaGraphDestroy(g);
-          } else
-#endif
-          {
-            r.coll->allReduce(send.get(), recv, count, DataType::kFloat32, op, stream.get());
-          }
+          runMaybeCaptured(stream.get(), graph,
+                           [&] { r.coll->allReduce(send.get(), recv, count, DataType::kFloat32, op, stream.get()); });
           const hipError_t e = hipStreamSynchronize(stream.get());
           r.coll->checkError();
           checkGpu(e, "port allreduce");
@@ -1096,46 +1077,22 @@ void portAllReduceLarge(int rank, int size, const UniqueId& id, uint64_t seed) {
 
 TEST(CollectivesGpu, PortAllReduceLargeAndInCudaGraphTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  for (int size : {2, 4}) {
-    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-    const uint64_t seed = freshSeed();
-    auto results = runRanks(
-        size, [&](int rank, int n) { portAllReduceLarge(rank, n, id, seed); }, std::chrono::seconds(180));
-    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
-  }
+  onTwoAndFourProcesses(portAllReduceLarge, std::chrono::seconds(180));
 }
 
 TEST(CollectivesGpu, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  for (int size : {2, 4}) {
-    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-    const uint64_t seed = freshSeed();
-    auto results = runRanks(
-        size, [&](int rank, int n) { autoRegisteredZeroCopy(rank, n, id, seed); }, std::chrono::seconds(180));
-    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
-  }
+  onTwoAndFourProcesses(autoRegisteredZeroCopy, std::chrono::seconds(180));
 }
 
 TEST(CollectivesGpu, AllReduceInCudaGraphTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  for (int size : {2, 4}) {
-    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-    const uint64_t seed = freshSeed();
-    auto results = runRanks(
-        size, [&](int rank, int n) { graphReplay(rank, n, id, seed); }, std::chrono::seconds(120));
-    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
-  }
+  onTwoAndFourProcesses(graphReplay, std::chrono::seconds(120));
 }
 
 TEST(CollectivesGpu, OneShotAllReduceInCudaGraphTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  for (int size : {2, 4}) {
-    UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
-    const uint64_t seed = freshSeed();
-    auto results = runRanks(
-        size, [&](int rank, int n) { oneShotGraphReplay(rank, n, id, seed); }, std::chrono::seconds(120));
-    WEFT_EXPECT_RANKS_OK(results) << size << " ranks, seed " << seed;
-  }
+  onTwoAndFourProcesses(oneShotGraphReplay, std::chrono::seconds(120));
 }
 #endif
 
