@@ -115,36 +115,43 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     std::unique_ptr<weft::TcpBootstrap> boot = weft::TcpBootstrap::fromEnvironment();
-    // Collectives run on any rank count, one included (as nccl-tests does).
-    if (collectives->parsed()) return weft::bench::runCollectivesBench(*boot, collectivesOptions);
-    if (boot->size() < 2) {
-      std::fprintf(stderr, "weft-bench: needs at least 2 ranks, e.g. weft-run -n 2 -- weft-bench primitives\n");
-      return 2;
+    // The error is said while this rank's bootstrap is still open: once it closes, a peer still setting up fails at
+    // once, and weft-run then stops the ranks left, this one included, which must have said why by then.
+    try {
+      // Collectives run on any rank count, one included (as nccl-tests does).
+      if (collectives->parsed()) return weft::bench::runCollectivesBench(*boot, collectivesOptions);
+      if (boot->size() < 2) {
+        std::fprintf(stderr, "weft-bench: needs at least 2 ranks, e.g. weft-run -n 2 -- weft-bench primitives\n");
+        return 2;
+      }
+      options.sizes();  // validates the size range on every rank before any communication
+      const bool all = primitives->parsed();
+      if (all) {
+        reportPairs(*boot, weft::bench::runPrimitives(*boot, options), options,
+                    "connection put (host memory; floor: memcpy into the same peer pages, raw flag)");
+      }
+      if (all || memoryChannel->parsed()) {
+        reportPairs(*boot, weft::bench::runMemoryChannel(*boot, options), options,
+                    "memory channel (floor: raw stores into the same mapped pages)");
+      }
+      if ((all || fifo->parsed()) && boot->rank() == 0) {
+        auto rows = weft::bench::runFifoBench(options);
+        weft::bench::printTable(stdout, "weft-bench fifo: rank 0 (floor: raw mapped-memory flags)", rows);
+        weft::bench::writeJsonLines(options.jsonPath, "weft", boot->size(), rows);
+      }
+      if ((all && weft::bench::gpuPrimitivesAvailable()) || gpu->parsed()) {
+        weft::bench::BenchOptions gpuOptions = options;
+        if (all) gpuOptions.minBytes = std::max<uint64_t>(gpuOptions.minBytes, 16);  // whole 16-byte units
+        reportPairs(*boot, weft::bench::runGpuPrimitives(*boot, gpuOptions), options,
+                    "gpu (kernels on GPU memory; floors: raw flags, raw copies, hipMemcpyAsync)");
+      } else if (all && boot->rank() == 0) {
+        std::printf("weft-bench gpu: skipped (%s)\n", "no GPU in this build or on this machine");
+      }
+      boot->barrier();
+    } catch (const weft::Error& e) {
+      std::fprintf(stderr, "weft-bench: %s\n", e.what());
+      return 1;
     }
-    options.sizes();  // validates the size range on every rank before any communication
-    const bool all = primitives->parsed();
-    if (all) {
-      reportPairs(*boot, weft::bench::runPrimitives(*boot, options), options,
-                  "connection put (host memory; floor: memcpy into the same peer pages, raw flag)");
-    }
-    if (all || memoryChannel->parsed()) {
-      reportPairs(*boot, weft::bench::runMemoryChannel(*boot, options), options,
-                  "memory channel (floor: raw stores into the same mapped pages)");
-    }
-    if ((all || fifo->parsed()) && boot->rank() == 0) {
-      auto rows = weft::bench::runFifoBench(options);
-      weft::bench::printTable(stdout, "weft-bench fifo: rank 0 (floor: raw mapped-memory flags)", rows);
-      weft::bench::writeJsonLines(options.jsonPath, "weft", boot->size(), rows);
-    }
-    if ((all && weft::bench::gpuPrimitivesAvailable()) || gpu->parsed()) {
-      weft::bench::BenchOptions gpuOptions = options;
-      if (all) gpuOptions.minBytes = std::max<uint64_t>(gpuOptions.minBytes, 16);  // whole 16-byte units
-      reportPairs(*boot, weft::bench::runGpuPrimitives(*boot, gpuOptions), options,
-                  "gpu (kernels on GPU memory; floors: raw flags, raw copies, hipMemcpyAsync)");
-    } else if (all && boot->rank() == 0) {
-      std::printf("weft-bench gpu: skipped (%s)\n", "no GPU in this build or on this machine");
-    }
-    boot->barrier();
   } catch (const weft::Error& e) {
     std::fprintf(stderr, "weft-bench: %s\n", e.what());
     return 1;
