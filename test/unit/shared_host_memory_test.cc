@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <multi_process.hpp>
 #include <weft/error.hpp>
 #include <weft/shared_host_memory.hpp>
@@ -60,6 +61,40 @@ TEST(SharedHostMemoryTest, OtherMemoryIsNotFoundAndFreedMemoryIsForgotten) {
   a.reset();
   EXPECT_FALSE(findSharedHostMemory(pa, 1, &fd, &offset));
   EXPECT_TRUE(findSharedHostMemory(b.get(), 1, &fd, &offset));
+}
+
+// The allocation behind a pointer: its base and size for any range inside, nothing for a range that leaves it or for
+// other memory, and a serial that a new allocation never repeats, even at the address of a freed one (what
+// registration on first use tells a reallocated buffer apart by).
+TEST(SharedHostMemoryTest, AllocationLookupGivesBaseSizeAndASerialNeverRepeated) {
+  std::shared_ptr<void> a = allocSharedHostMemory(10000);
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t rounded = (10000 + page - 1) / page * page;
+  auto* base = static_cast<uint8_t*>(a.get());
+  SharedHostAllocation first;
+  ASSERT_TRUE(findSharedHostAllocation(base + 100, 500, &first));
+  EXPECT_EQ(first.base, a.get());
+  EXPECT_EQ(first.bytes, rounded);
+  SharedHostAllocation whole;
+  ASSERT_TRUE(findSharedHostAllocation(base, rounded, &whole));
+  EXPECT_EQ(whole.serial, first.serial);
+  SharedHostAllocation untouched{reinterpret_cast<void*>(1), 2, 3};
+  EXPECT_FALSE(findSharedHostAllocation(base + rounded - 8, 16, &untouched)) << "a range past the end";
+  EXPECT_EQ(untouched.bytes, 2u) << "the output is left alone on failure";
+  int local = 0;
+  EXPECT_FALSE(findSharedHostAllocation(&local, sizeof(local), &untouched));
+  std::shared_ptr<void> b = allocSharedHostMemory(10000);
+  SharedHostAllocation other;
+  ASSERT_TRUE(findSharedHostAllocation(b.get(), 1, &other));
+  EXPECT_NE(other.serial, first.serial);
+  const void* freedAt = a.get();
+  a.reset();
+  EXPECT_FALSE(findSharedHostAllocation(freedAt, 1, &untouched));
+  std::shared_ptr<void> c = allocSharedHostMemory(10000);
+  SharedHostAllocation again;
+  ASSERT_TRUE(findSharedHostAllocation(c.get(), 1, &again));
+  EXPECT_NE(again.serial, first.serial) << (c.get() == freedAt ? "same address, " : "") << "serial repeated";
+  EXPECT_NE(again.serial, other.serial);
 }
 
 TEST(SharedHostMemoryTest, TheFileMapsTheSamePages) {
