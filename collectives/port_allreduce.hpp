@@ -35,13 +35,6 @@ struct PortAllReduceArgs {
 };
 static_assert(std::is_trivially_copyable_v<PortAllReduceArgs>);
 
-/// Elements of T a piece may hold so that every share of it (shareStart<T>) fits a slot of `slotBytes`.
-template <class T>
-WEFT_HOST_DEVICE_INLINE uint64_t portPieceElements(uint64_t slotBytes, uint64_t n) {
-  const uint64_t slotElements = slotBytes / sizeof(T);
-  return slotElements > kVectorElems<T> ? n * (slotElements - kVectorElems<T>) : 0;
-}
-
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void portAllReduce(const TeamT& team, const PortAllReduceArgs& a) {
   const CollectiveContext& ctx = a.ctx;
