@@ -138,6 +138,29 @@ WEFT_HOST_DEVICE_INLINE T waitAtLeast(const T* word, T target, uint64_t budgetNs
   return seen;
 }
 
+/// Consumes the next signal of a counter: waits until `*word >= *consumed + 1` (acquire loads unless `Order` is
+/// kRelaxed) and advances `*consumed`. The advance is stored before the wait, not after it: a release the waiter
+/// makes next (its answer in a ping-pong) then finds the store long done, where a store made just before would hold
+/// it back by a memory round trip. A timeout puts the count back before it reports, so a caught host timeout
+/// leaves the signal still to be consumed.
+template <MemoryOrder Order = MemoryOrder::kAcquire>
+WEFT_HOST_DEVICE_INLINE void consumeNextSignal(const uint64_t* word, uint64_t* consumed, uint64_t budgetNs,
+                                               const WaitSite& site, WaitOp op) {
+  const uint64_t target = *consumed + 1;
+  *consumed = target;
+  uint64_t seen = atomicLoad<Order>(word);
+  if (seen >= target) return;
+  const bool ok = spinWaitUntil(
+      [&] {
+        seen = atomicLoad<Order>(word);
+        return seen >= target;
+      },
+      WaitBudget{budgetNs});
+  if (ok) return;
+  *consumed = target - 1;
+  reportWaitTimeout(site, op, target, seen, budgetNs);
+}
+
 #if !defined(WEFT_DEVICE_COMPILE)
 /// Host owner of a DeviceErrorRecord in host-visible memory (mapped pinned memory when a GPU is present,
 /// plain host memory otherwise).

@@ -31,9 +31,7 @@ struct Host2DeviceSemaphoreDeviceHandle {
   /// (WaitOp::kSemaphoreWait by default) with the expected and seen count: a trap on the GPU, Error(kTimeout) on
   /// the host.
   WEFT_HOST_DEVICE_INLINE void wait(uint64_t budgetNs, WaitOp op = WaitOp::kSemaphoreWait) const {
-    const uint64_t want = *expected + 1;
-    waitAtLeast(inbound, want, budgetNs, site, op);
-    *expected = want;
+    consumeNextSignal(inbound, expected, budgetNs, site, op);
   }
   /// wait() with the handle's default budget.
   WEFT_HOST_DEVICE_INLINE void wait() const { wait(defaultBudgetNs); }

@@ -62,17 +62,13 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// are visible to this thread. Single waiter. When the budget runs out, reports WaitOp::kSemaphoreWait with
   /// the expected and seen counts (device: trap; host: throws Error(kTimeout)).
   WEFT_HOST_DEVICE_INLINE void wait() const {
-    const uint64_t target = *expected + 1;
-    waitFor(target);
-    *expected = target;
+    consumeNextSignal(inbound, expected, budgetNs, site, WaitOp::kSemaphoreWait);
   }
 
   /// wait() with relaxed loads: the signal is consumed but the peer's writes are not ordered before this
   /// thread's later reads (add fence<MemoryOrder::kAcquire, Scope::kSystem>() when they must be).
   WEFT_HOST_DEVICE_INLINE void relaxedWait() const {
-    const uint64_t target = *expected + 1;
-    relaxedWaitFor(target);
-    *expected = target;
+    consumeNextSignal<MemoryOrder::kRelaxed>(inbound, expected, budgetNs, site, WaitOp::kSemaphoreWait);
   }
 
   /// Waits until the inbound counter reaches `target` (acquire loads) without touching `expected`: any number

@@ -53,6 +53,22 @@ TEST(DeviceErrorTest, WaitReturnsOnceAnotherThreadStores) {
   t.join();
 }
 
+// consumeNextSignal advances the consumed count before it waits: a timeout must put it back, or a caller that
+// catches the error and waits again would wait for one signal too many.
+TEST(DeviceErrorTest, ConsumingWaitThatTimesOutLeavesTheSignalToConsume) {
+  uint64_t word = 4;
+  uint64_t consumed = 4;
+  WaitSite site{nullptr, 1, 0, -1};
+  EXPECT_THROW(consumeNextSignal(&word, &consumed, 20'000'000, site, WaitOp::kSemaphoreWait), Error);
+  EXPECT_EQ(consumed, 4u);
+  atomicStore<MemoryOrder::kRelease>(&word, uint64_t{5});
+  consumeNextSignal(&word, &consumed, 1'000'000'000, site, WaitOp::kSemaphoreWait);
+  EXPECT_EQ(consumed, 5u);
+  EXPECT_THROW(consumeNextSignal<MemoryOrder::kRelaxed>(&word, &consumed, 20'000'000, site, WaitOp::kSemaphoreWait),
+               Error);
+  EXPECT_EQ(consumed, 5u);
+}
+
 TEST(DeviceErrorTest, DefaultBudgetFollowsTheParameter) {
   setenv("WEFT_WAIT_TIMEOUT_MS", "1500", 1);
   EXPECT_EQ(defaultWaitBudgetNs(), 1'500'000'000ull);
