@@ -66,12 +66,12 @@ struct CollectiveContext {
   uint64_t* pairRounds;
   /// Zero-copy runs (registered buffers): peer p's registration in slot r is mapped here at regTable[r * size + p]
   /// (base null where the slot is free); peers write their offers into offers[p] of this rank's scratch, at
-  /// offersOffset in every rank's scratch; `plan` (this rank's, device-local) is what block 0 concluded from them;
-  /// `offerRound` counts this rank's handshakes.
+  /// offersOffset in every rank's scratch; `plan` (this rank's, device-local) counts the runs; `offerRounds`
+  /// [kMaxPairBlocks] counts the handshakes each block took part in (every block of a grid takes part in each).
   const struct RegistrationEntry* regTable;
   uint64_t offersOffset;
   struct ZeroCopyPlan* plan;
-  uint64_t* offerRound;
+  uint64_t* offerRounds;
   int32_t rank;
   int32_t size;
 };
@@ -112,14 +112,9 @@ struct ZeroCopyOffer {
   uint64_t reserved[3];
 };
 
-/// Block 0's conclusion from every rank's offer, read by every block after a grid barrier: whether every buffer the
-/// zero-copy run touches on another rank is registered, and then each rank's send and recv as mapped here (entries
-/// [0, size); null where that rank's buffer is not registered and not needed).
+/// What this rank's zero-copy runs leave behind (block 0 counts them).
 struct ZeroCopyPlan {
-  uint64_t allRegistered;
   uint64_t runs;  ///< operations of this rank that ran zero-copy (CollectiveComm::zeroCopyCalls)
-  const uint8_t* send[kMaxZeroCopyRanks];
-  uint8_t* recv[kMaxZeroCopyRanks];
 };
 
 /// One send or receive of a group: `bytes` at `buffer`, to or from `peer`.
@@ -453,18 +448,51 @@ WEFT_HOST_DEVICE_INLINE uint32_t zeroCopyNeeds(const CollectiveArgs& a, int32_t 
   }
 }
 
+/// Where rank p's registration `reg` (registrationKey; < 0: none) lies in this process, plus `offset`; null when this
+/// rank has not mapped that registration (another generation of the slot, or none).
+WEFT_HOST_DEVICE_INLINE uint8_t* mappedRegistration(const CollectiveContext& ctx, int32_t p, int64_t reg,
+                                                    uint64_t offset) {
+  if (reg < 0) return nullptr;
+  const uint64_t slot = static_cast<uint64_t>(reg) & 0xffffffffu;
+  if (slot >= kRegistrationSlots) return nullptr;
+  const RegistrationEntry entry =
+      ctx.regTable[slot * static_cast<uint64_t>(ctx.size) + static_cast<uint64_t>(p)];
+  if (entry.base == nullptr || entry.generation != static_cast<uint64_t>(reg) >> 32) return nullptr;
+  return entry.base + offset;
+}
+
+/// Rank p's offer of this operation, in this rank's scratch (read it only after exchangeOffers).
+WEFT_HOST_DEVICE_INLINE const ZeroCopyOffer& offerOf(const CollectiveArgs& a, int32_t p) {
+  return reinterpret_cast<const ZeroCopyOffer*>(a.ctx.peers[a.ctx.rank].scratch + a.ctx.offersOffset)[p];
+}
+
+/// Rank p's send and recv of this operation as mapped here (after exchangeOffers): this rank's own buffers whether
+/// registered or not; a peer's from its offer, null where this rank has not mapped it.
+WEFT_HOST_DEVICE_INLINE const uint8_t* offeredSend(const CollectiveArgs& a, int32_t p) {
+  if (p == a.ctx.rank) return a.send;
+  const ZeroCopyOffer& o = offerOf(a, p);
+  return mappedRegistration(a.ctx, p, o.sendReg, o.sendOffset);
+}
+WEFT_HOST_DEVICE_INLINE uint8_t* offeredRecv(const CollectiveArgs& a, int32_t p) {
+  if (p == a.ctx.rank) return a.recv;
+  const ZeroCopyOffer& o = offerOf(a, p);
+  return mappedRegistration(a.ctx, p, o.recvReg, o.recvOffset);
+}
+
 /// The offer exchange of a collective on a communicator with registrations: block 0 publishes this rank's offer to
-/// every peer and waits for every peer's (the peers' kernels have started, so their buffers hold this call's input
-/// and nothing earlier on their streams still uses them), then concludes whether every buffer that zeroCopyNeeds
-/// names is registered; a grid barrier hands the plan to every block. Returns the plan's verdict, the same on
-/// every rank. Offers are not overwritten before they are read: a rank's next offer to p follows its own next kernel
-/// start, which follows this call's last sync with p, which p passes only after this exchange.
+/// every peer; every block waits for every peer's (the peers' kernels have started, so their buffers hold this
+/// call's input and nothing earlier on their streams still uses them) and concludes by itself whether every buffer
+/// that zeroCopyNeeds names is mapped here. Every block reads the same offers and the same table (an entry changes
+/// only while no launched operation can name it: imports are written before peers learn of them, releases after
+/// the work that may use them), so every block of every rank concludes alike, with no grid barrier. Offers are not
+/// overwritten before they are read: a rank's next offer to p follows its own next kernel start, which follows
+/// this call's last sync with p, which every block of p passes only after this exchange.
 template <class TeamT>
 WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
-  ZeroCopyPlan* plan = ctx.plan;
+  uint64_t* rounds = &ctx.offerRounds[team.blockId];
+  const uint64_t round = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(rounds) + 1;
   if (team.blockId == 0) {
-    const uint64_t round = atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(ctx.offerRound) + 1;
     for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
       if (p == ctx.rank) continue;
       auto* to = reinterpret_cast<ZeroCopyOffer*>(ctx.peers[p].scratch + ctx.offersOffset) + ctx.rank;
@@ -474,50 +502,38 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
       to->recvOffset = a.offer.recvOffset;
       atomicStore<MemoryOrder::kRelease>(&to->round, round);
     }
-    if (team.threadId == 0) plan->allRegistered = 1;
-    team.blockSync();
-    const auto* offers = reinterpret_cast<const ZeroCopyOffer*>(ctx.peers[ctx.rank].scratch + ctx.offersOffset);
-    for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
-      ZeroCopyOffer o = a.offer;
-      if (p != ctx.rank) {
-        uint64_t seen = 0;
-        if (!spinWaitUntil(
-                [&] {
-                  seen = atomicLoad<MemoryOrder::kAcquire>(&offers[p].round);
-                  return seen >= round;
-                },
-                WaitBudget{ctx.budgetNs})) {
-          reportWaitTimeout(WaitSite{ctx.record, ctx.rank, p, a.kind}, WaitOp::kBarrier, round, seen, ctx.budgetNs);
-        }
-        o = offers[p];
+  }
+  // Every rank's offer is checked, this rank's own included (against its own entries), so that every rank weighs
+  // the same facts: a rank that needs nothing of its peers (a broadcast's root) must still stage when the others
+  // cannot reach its buffers.
+  bool registered = true;
+  for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
+    const ZeroCopyOffer* o = &a.offer;
+    if (p != ctx.rank) {
+      o = &offerOf(a, p);
+      uint64_t seen = 0;
+      if (!spinWaitUntil(
+              [&] {
+                seen = atomicLoad<MemoryOrder::kAcquire>(&o->round);
+                return seen >= round;
+              },
+              WaitBudget{ctx.budgetNs})) {
+        reportWaitTimeout(WaitSite{ctx.record, ctx.rank, p, a.kind}, WaitOp::kBarrier, round, seen, ctx.budgetNs);
       }
-      const uint64_t n = static_cast<uint64_t>(ctx.size);
-      auto mapped = [&](int64_t reg, uint64_t offset) -> uint8_t* {
-        if (reg < 0) return nullptr;
-        const uint64_t slot = static_cast<uint64_t>(reg) & 0xffffffffu;
-        if (slot >= kRegistrationSlots) return nullptr;
-        const RegistrationEntry entry = ctx.regTable[slot * n + static_cast<uint64_t>(p)];
-        if (entry.base == nullptr || entry.generation != static_cast<uint64_t>(reg) >> 32) return nullptr;
-        return entry.base + offset;
-      };
-      uint8_t* send = mapped(o.sendReg, o.sendOffset);
-      uint8_t* recv = mapped(o.recvReg, o.recvOffset);
-      const uint32_t needs = zeroCopyNeeds(a, p);
-      if (((needs & kZeroCopySend) != 0 && send == nullptr) || ((needs & kZeroCopyRecv) != 0 && recv == nullptr)) {
-        atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered, uint64_t{0});
-      }
-      // This rank's own buffers are its to use whether registered or not.
-      plan->send[p] = p == ctx.rank ? a.send : send;
-      plan->recv[p] = p == ctx.rank ? a.recv : recv;
     }
-    team.blockSync();
-    if (team.threadId == 0) {
-      atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(ctx.offerRound, round);
-      if (atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered) != 0) plan->runs += 1;
+    const uint32_t needs = zeroCopyNeeds(a, p);
+    if (((needs & kZeroCopySend) != 0 && mappedRegistration(ctx, p, o->sendReg, o->sendOffset) == nullptr) ||
+        ((needs & kZeroCopyRecv) != 0 && mappedRegistration(ctx, p, o->recvReg, o->recvOffset) == nullptr)) {
+      registered = false;
     }
   }
-  gridBarrier(team, ctx, a.kind);
-  return atomicLoad<MemoryOrder::kRelaxed, Scope::kDevice>(&plan->allRegistered) != 0;
+  // Also the block barrier after which every thread of the block may read every offer.
+  const bool all = team.blockSync.all(registered);
+  if (team.threadId == 0) {
+    atomicStore<MemoryOrder::kRelaxed, Scope::kDevice>(rounds, round);
+    if (team.blockId == 0 && all) ctx.plan->runs += 1;
+  }
+  return all;
 }
 
 /// allReduce on registered buffers, after exchangeOffers found every rank's send and recv mapped: rank q reduces
@@ -529,15 +545,14 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceZeroCopy(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
-  const ZeroCopyPlan* plan = ctx.plan;
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
   auto all = [](int32_t) { return true; };
   const uint64_t lo = shareStart<T>(a.count, rank, n);
   const uint64_t hi = shareStart<T>(a.count, rank + 1, n);
-  T* peerRecv = n == 2 ? reinterpret_cast<T*>(plan->recv[1 - rank]) + lo : nullptr;
+  T* peerRecv = n == 2 ? reinterpret_cast<T*>(offeredRecv(a, static_cast<int32_t>(1 - rank))) + lo : nullptr;
   reduceRange<T>(
-      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(plan->send[p]) + lo; },
+      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(offeredSend(a, p)) + lo; },
       reinterpret_cast<T*>(a.recv) + lo, peerRecv);
   if (n > 2) {
     rankSync(team, ctx, a.kind, all);
@@ -545,7 +560,8 @@ WEFT_HOST_DEVICE void allReduceZeroCopy(const TeamT& team, const CollectiveArgs&
       if (q == rank) continue;
       const uint64_t qlo = shareStart<T>(a.count, q, n);
       const uint64_t qhi = shareStart<T>(a.count, q + 1, n);
-      copyCooperative(reinterpret_cast<T*>(a.recv) + qlo, reinterpret_cast<const T*>(plan->recv[q]) + qlo,
+      copyCooperative(reinterpret_cast<T*>(a.recv) + qlo,
+                      reinterpret_cast<const T*>(offeredRecv(a, static_cast<int32_t>(q))) + qlo,
                       (qhi - qlo) * sizeof(T), team.flatId(), team.flatCount());
     }
   }
@@ -1058,10 +1074,9 @@ WEFT_HOST_DEVICE void allReduceTwoShot(const TeamT& team, const OneShotArgs& a) 
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void reduceScatterZeroCopy(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
-  const ZeroCopyPlan* plan = ctx.plan;
   const uint64_t share = static_cast<uint64_t>(ctx.rank) * a.count;
   reduceRange<T>(
-      team, ctx, a.op, a.count, [&](int p) { return reinterpret_cast<const T*>(plan->send[p]) + share; },
+      team, ctx, a.op, a.count, [&](int p) { return reinterpret_cast<const T*>(offeredSend(a, p)) + share; },
       reinterpret_cast<T*>(a.recv), static_cast<T*>(nullptr));
   finishZeroCopy(team, ctx, a.kind);
 }
@@ -1097,14 +1112,13 @@ WEFT_HOST_DEVICE void reduceScatterSteps(const TeamT& team, const CollectiveArgs
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void reduceZeroCopy(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
-  const ZeroCopyPlan* plan = ctx.plan;
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
   const uint64_t lo = shareStart<T>(a.count, rank, n);
   const uint64_t hi = shareStart<T>(a.count, rank + 1, n);
   reduceRange<T>(
-      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(plan->send[p]) + lo; },
-      reinterpret_cast<T*>(plan->recv[a.root]) + lo, static_cast<T*>(nullptr));
+      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(offeredSend(a, p)) + lo; },
+      reinterpret_cast<T*>(offeredRecv(a, a.root)) + lo, static_cast<T*>(nullptr));
   finishZeroCopy(team, ctx, a.kind);
 }
 
@@ -1140,7 +1154,8 @@ WEFT_HOST_DEVICE void allGatherZeroCopy(const TeamT& team, const CollectiveArgs&
   for (int32_t i = 0; i < ctx.size; ++i) {
     const int32_t p = (ctx.rank + i) % ctx.size;
     uint8_t* to = a.recv + static_cast<uint64_t>(p) * total;
-    if (to != ctx.plan->send[p]) copyCooperative(to, ctx.plan->send[p], total, team.flatId(), team.flatCount());
+    const uint8_t* from = offeredSend(a, p);
+    if (to != from) copyCooperative(to, from, total, team.flatId(), team.flatCount());
   }
   finishZeroCopy(team, ctx, a.kind);
 }
@@ -1172,7 +1187,7 @@ WEFT_HOST_DEVICE void allGatherSteps(const TeamT& team, const CollectiveArgs& a,
 /// (nobody reads the root's send once the kernel ends).
 template <class TeamT>
 WEFT_HOST_DEVICE void broadcastZeroCopy(const TeamT& team, const CollectiveArgs& a, uint64_t elementBytes) {
-  const uint8_t* from = a.ctx.plan->send[a.root];
+  const uint8_t* from = offeredSend(a, a.root);
   if (a.recv != from) copyCooperative(a.recv, from, a.count * elementBytes, team.flatId(), team.flatCount());
   finishZeroCopy(team, a.ctx, a.kind);
 }
@@ -1282,7 +1297,7 @@ WEFT_HOST_DEVICE void allToAllZeroCopy(const TeamT& team, const CollectiveArgs& 
   for (int32_t i = 0; i < ctx.size; ++i) {
     const int32_t p = (ctx.rank + i) % ctx.size;
     copyCooperative(a.recv + static_cast<uint64_t>(p) * bytes,
-                    ctx.plan->send[p] + static_cast<uint64_t>(ctx.rank) * bytes, bytes, team.flatId(),
+                    offeredSend(a, p) + static_cast<uint64_t>(ctx.rank) * bytes, bytes, team.flatId(),
                     team.flatCount());
   }
   finishZeroCopy(team, ctx, a.kind);

@@ -1068,17 +1068,17 @@ class CollectiveCommImpl {
              "hipMemset of the registration table");
     checkGpu(hipMalloc(&planDevice_, sizeof(ZeroCopyPlan)), "hipMalloc of the zero-copy plan");
     checkGpu(hipMemset(planDevice_, 0, sizeof(ZeroCopyPlan)), "hipMemset of the zero-copy plan");
-    checkGpu(hipMalloc(&offerRoundDevice_, sizeof(uint64_t)), "hipMalloc of the offer round");
-    checkGpu(hipMemset(offerRoundDevice_, 0, sizeof(uint64_t)), "hipMemset of the offer round");
+    checkGpu(hipMalloc(&offerRoundDevice_, sizeof(uint64_t) * kMaxPairBlocks), "hipMalloc of the offer rounds");
+    checkGpu(hipMemset(offerRoundDevice_, 0, sizeof(uint64_t) * kMaxPairBlocks), "hipMemset of the offer rounds");
     checkGpu(hipDeviceSynchronize(), "waiting for the collective setup's fills");
     context_.regTable = regTableDevice_;
     context_.plan = planDevice_;
-    context_.offerRound = offerRoundDevice_;
+    context_.offerRounds = offerRoundDevice_;
 #else
     planHost_ = std::make_unique<ZeroCopyPlan>();
     context_.regTable = regTableHost_.data();
     context_.plan = planHost_.get();
-    context_.offerRound = &offerRoundHost_;
+    context_.offerRounds = offerRoundsHost_.data();
 #endif
     context_.budgetNs = budgetNs_;
     context_.record = errors_.deviceRecord();
@@ -1224,7 +1224,7 @@ class CollectiveCommImpl {
   uint64_t* offerRoundDevice_ = nullptr;
 #else
   std::unique_ptr<ZeroCopyPlan> planHost_;
-  uint64_t offerRoundHost_ = 0;
+  std::array<uint64_t, kMaxPairBlocks> offerRoundsHost_{};
 #endif
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
   PeerSlot* peersDevice_ = nullptr;

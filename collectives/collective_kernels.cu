@@ -48,6 +48,14 @@ struct GpuBlockSync {
     __syncthreads();
 #endif
   }
+  /// A block barrier that also says whether `pred` held on every thread of the block.
+  WEFT_HOST_DEVICE_INLINE bool all(bool pred) const {
+#if defined(WEFT_DEVICE_COMPILE)
+    return __syncthreads_and(pred) != 0;
+#else
+    return pred;
+#endif
+  }
 };
 
 WEFT_DEVICE_INLINE Team<GpuBlockSync> gpuTeam() {
@@ -91,6 +99,7 @@ WEFT_GLOBAL void __launch_bounds__(kGpuThreads) portAllReduceKernel(PortAllReduc
 /// Host workers are blocks of one thread: the block barrier is nothing.
 struct HostBlockSync {
   void operator()() const {}
+  bool all(bool pred) const { return pred; }  // a host block is one thread
 };
 
 /// Runs body(team) in `workers` threads (the calling one among them), each a block of one thread, and rethrows
