@@ -474,6 +474,9 @@ TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes
         EXPECT_GE(took, 250ms);
         EXPECT_LT(took, 2s);
         EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
+        // It says where the operations wait: posted to the provider, queued here, or signals held behind writes.
+        EXPECT_NE(msg.find("posted and not completed"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("signals held behind writes"), std::string::npos) << msg;
         kill(peer, SIGCONT);
         p.conn.flush(10s);  // the operations stayed pending and now complete
         ch->sendValue(5);

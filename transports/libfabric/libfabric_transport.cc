@@ -1144,13 +1144,14 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     if (s->progressThread) s->progress = std::thread(progressLoop, s);
     logf(s, weftLogInfo,
          "libfabric transport up: provider %s domain %s, %s progress%s, flush: %s, hmem %s, mr_mode "
-         "0x%" PRIx64 ", signals: %s, idle wait: %s",
+         "0x%" PRIx64 ", signals: %s, idle wait: %s, at most %" PRIu64 " operations in flight",
          s->provider.c_str(), s->domainName.c_str(), manual ? "manual" : "auto",
          s->progressThread ? " (thread)" : " (callers)",
          s->flushByRead        ? "read behind the writes"
          : s->deliveryComplete ? "delivery-complete writes"
                                : "completions",
-         s->hmem ? "yes" : "no", s->mrMode, signalPathName(s->signalPath), s->waitFd >= 0 ? "fd" : "sleep");
+         s->hmem ? "yes" : "no", s->mrMode, signalPathName(s->signalPath), s->waitFd >= 0 ? "fd" : "sleep",
+         s->maxInFlight);
     *stateOut = s;
     closer.s = nullptr;
   });
@@ -1873,12 +1874,13 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
     const uint64_t covered = last;  // what this flush vouches for (operations issued later may pass the read)
     bool readPosted = false;
     for (;;) {
-      size_t left = 0, unposted = 0;
+      size_t left = 0, unposted = 0, held = 0;
       {
         std::lock_guard<std::mutex> lock(t->mutex);
         if (!t->error.empty()) throwTrackerError(t);
         for (const auto& q : t->queue) unposted += q.seq <= last;
-        for (const auto& q : t->held) unposted += q.seq <= last;
+        for (const auto& q : t->held) held += q.seq <= last;
+        unposted += held;
         const bool readNeeded = byRead && !readPosted && last > t->delivered;
         if (readNeeded && unposted == 0) {
           // Everything before is posted: the read goes behind it and comes back after it is delivered.
@@ -1900,7 +1902,11 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
         throw Failure(weftTimeout, "libfabric transport: flush to peer " + t->peerName + " timed out after " +
                                        std::to_string(ms) + " ms with " + std::to_string(left) +
-                                       " operations outstanding (provider " + s->provider + ")");
+                                       " operations outstanding (" + std::to_string(left - unposted) +
+                                       " posted and not completed, " + std::to_string(unposted - held) +
+                                       " queued, " + std::to_string(held) + " signals held behind writes; " +
+                                       std::to_string(s->inFlight.load()) + " in flight on the endpoint; provider " +
+                                       s->provider + ")");
       }
       waitStep(s);
     }
