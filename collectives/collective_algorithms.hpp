@@ -455,8 +455,7 @@ WEFT_HOST_DEVICE_INLINE uint8_t* mappedRegistration(const CollectiveContext& ctx
   if (reg < 0) return nullptr;
   const uint64_t slot = static_cast<uint64_t>(reg) & 0xffffffffu;
   if (slot >= kRegistrationSlots) return nullptr;
-  const RegistrationEntry entry =
-      ctx.regTable[slot * static_cast<uint64_t>(ctx.size) + static_cast<uint64_t>(p)];
+  const RegistrationEntry entry = ctx.regTable[slot * static_cast<uint64_t>(ctx.size) + static_cast<uint64_t>(p)];
   if (entry.base == nullptr || entry.generation != static_cast<uint64_t>(reg) >> 32) return nullptr;
   return entry.base + offset;
 }
@@ -539,8 +538,8 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
 /// allReduce on registered buffers, after exchangeOffers found every rank's send and recv mapped: rank q reduces
 /// share q straight from every rank's send into its own recv; with two ranks it writes the peer's recv at the same
 /// time (every byte moved once), with more a rank sync follows and each rank copies the other shares from their
-/// reducers' recv. A last sync (finishZeroCopy): nobody reads this rank's send or writes its recv once the kernel ends. In place
-/// is safe: share q of a buffer is read and then written by the same worker, and other shares are written only
+/// reducers' recv. A last sync (finishZeroCopy): nobody reads this rank's send or writes its recv once the kernel ends.
+/// In place is safe: share q of a buffer is read and then written by the same worker, and other shares are written only
 /// after (or by ranks that never read) them.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceZeroCopy(const TeamT& team, const CollectiveArgs& a) {

@@ -1903,8 +1903,8 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
         throw Failure(weftTimeout, "libfabric transport: flush to peer " + t->peerName + " timed out after " +
                                        std::to_string(ms) + " ms with " + std::to_string(left) +
                                        " operations outstanding (" + std::to_string(left - unposted) +
-                                       " posted and not completed, " + std::to_string(unposted - held) +
-                                       " queued, " + std::to_string(held) + " signals held behind writes; " +
+                                       " posted and not completed, " + std::to_string(unposted - held) + " queued, " +
+                                       std::to_string(held) + " signals held behind writes; " +
                                        std::to_string(s->inFlight.load()) + " in flight on the endpoint; provider " +
                                        s->provider + ")");
       }
