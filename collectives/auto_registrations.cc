@@ -1,7 +1,9 @@
 #include "auto_registrations.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <weft/bootstrap.hpp>
 #include <weft/error.hpp>
 #include <weft/shared_host_memory.hpp>
@@ -163,13 +165,19 @@ void AutoRegistrations::send(int peer, const Message& m) {
   comm_.bootstrap().send(&m, sizeof(m), peer, kAutoRegistrationTag);
 }
 
-void AutoRegistrations::poll(hipStream_t stream) {
+void AutoRegistrations::startOperation(hipStream_t stream) {
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
   // Registrations, imports and table writes are not allowed while the stream is being captured (they may call what
   // capture forbids); they wait for a later call, and find only names what is shared already.
   capturing_ = capturing(stream);
-  if (capturing_) return;
+#else
+  (void)stream;
 #endif
+}
+
+bool AutoRegistrations::poll(hipStream_t stream) {
+  answered_ = false;
+  if (capturing_) return false;
   Bootstrap& boot = comm_.bootstrap();
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -180,6 +188,7 @@ void AutoRegistrations::poll(hipStream_t stream) {
     }
   }
   finishReleases(stream);
+  return answered_;
 }
 
 void AutoRegistrations::handle(int peer, const Message& m, hipStream_t stream) {
@@ -218,6 +227,7 @@ void AutoRegistrations::handle(int peer, const Message& m, hipStream_t stream) {
       s.refused = s.refused || m.type == Message::kRefused;
       if (++s.answers == size_ - 1) {
         s.state = s.refused ? State::kRefused : State::kLive;
+        answered_ = true;
         logDebug(LogSubsys::kColl, "rank {}: allocation [{}, +{}) {} (slot {})", rank_,
                  static_cast<const void*>(s.allocation.base), s.allocation.bytes,
                  s.refused ? "refused by a peer: it stages" : "mapped by every peer: zero copy", m.slot);
@@ -288,6 +298,24 @@ void AutoRegistrations::release(uint32_t slot) {
   }
 }
 
+bool AutoRegistrations::settle(hipStream_t stream, std::chrono::nanoseconds budget) {
+  if (capturing_ || budget.count() <= 0) return false;
+  auto waiting = [&] {
+    return std::any_of(own_.begin(), own_.end(),
+                       [](const OwnSlot& s) { return s.state == State::kSharing && !s.settled; });
+  };
+  if (!waiting()) return false;
+  const auto deadline = std::chrono::steady_clock::now() + budget;
+  while (waiting() && std::chrono::steady_clock::now() < deadline) {
+    (void)poll(stream);  // never waits: takes in what has arrived (imports, answers)
+    if (waiting()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  for (OwnSlot& s : own_) {
+    if (s.state == State::kSharing) s.settled = true;
+  }
+  return true;
+}
+
 int64_t AutoRegistrations::find(const void* p, uint64_t bytes, uint64_t* offset) {
   *offset = 0;
   const std::optional<AllocationIdentity> a = identifyAllocation(p, bytes);
@@ -327,6 +355,7 @@ int64_t AutoRegistrations::find(const void* p, uint64_t bytes, uint64_t* offset)
   s.generation += 1;
   s.answers = 0;
   s.refused = false;
+  s.settled = false;
   s.state = State::kSharing;
   // This rank's own column too: the offer exchange checks every rank's offer, this rank's included, in the table.
   write_(firstSlot_ + slot, rank_, a->base, s.generation);

@@ -5,6 +5,8 @@
 // (exchangeOffers), so every rank decides alike whether a call runs zero-copy whatever state the others are in.
 #pragma once
 
+#include <chrono>
+
 #include <weft/communicator.hpp>
 #include <weft/gpu.hpp>
 #include <weft/registered_memory.hpp>
@@ -40,15 +42,28 @@ class AutoRegistrations {
   AutoRegistrations(const AutoRegistrations&) = delete;
   AutoRegistrations& operator=(const AutoRegistrations&) = delete;
 
+  /// Starts an operation that may run zero-copy, on `stream`: notes whether the stream is being captured (then
+  /// nothing is shared, imported or written until a later operation). Called before its find calls.
+  void startOperation(hipStream_t stream);
+
   /// Takes in what peers sent since the last poll (their allocations to import, their answers, their releases) and
   /// closes imports no launched work uses any more. Never waits for a peer. Called at each operation that may run
-  /// zero-copy, before its find calls; `stream` is the operation's (releases wait on its earlier work).
-  void poll(hipStream_t stream);
+  /// zero-copy, after its find calls (so that a peer that sees this rank's answer has seen its shares before it);
+  /// `stream` is the operation's (releases wait on its earlier work). Returns whether one of this rank's shares
+  /// got all its answers meanwhile (then `find` may name it now).
+  bool poll(hipStream_t stream);
 
   /// The registration key of the allocation holding [p, p + bytes) and p's offset in it, when every peer has it
   /// mapped; -1 otherwise, after starting to share that allocation when it is new. An allocation that overlaps one
   /// shared earlier means the earlier was freed: that one is released first.
   int64_t find(const void* p, uint64_t bytes, uint64_t* offset);
+
+  /// Waits at most `budget` for every peer to answer the allocations this rank began to share and has not waited
+  /// for yet, taking in the peers' messages meanwhile (peers doing the same in the same operation import this
+  /// rank's allocations while it imports theirs, so all go live in the operation that first touched them). Each
+  /// allocation is waited for once at most: a peer that does not poll in time leaves it to the later operations, as
+  /// without a wait. Returns whether it waited for any (then `find` may now name them). Not while capturing.
+  bool settle(hipStream_t stream, std::chrono::nanoseconds budget);
 
   /// Counts one launched operation that polled (releases wait until this rank launched every operation that may
   /// still use the released allocation).
@@ -67,6 +82,7 @@ class AutoRegistrations {
     RegisteredMemory local;
     int answers = 0;
     bool refused = false;
+    bool settled = false;  // settle() has waited for this share once
   };
   struct Import {
     RegisteredMemory remote;
@@ -94,6 +110,7 @@ class AutoRegistrations {
   const int size_;
   uint64_t launched_ = 0;
   bool capturing_ = false;  // the current operation's stream is being captured into a graph
+  bool answered_ = false;   // a share of this rank got its last answer since poll last reported
   std::vector<OwnSlot> own_;
   std::vector<std::vector<Import>> imports_;  // [owner][slot]
   std::vector<PendingRelease> releases_;

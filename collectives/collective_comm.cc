@@ -1,6 +1,8 @@
 // CollectiveComm: sets up scratch memory, semaphores and mapped peer scratch on every rank, checks each call's
 // arguments and hands the operation to the kernel (or host thread team) of collective_kernels.cu.
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -197,6 +199,12 @@ class CollectiveCommImpl {
     }
     // Read before any communication, so that a bad value fails on every rank alike instead of leaving peers waiting.
     algorithm_ = resolveAlgorithm(options_.allReduceAlgorithm);
+    const int64_t waitMs = paramInt("WEFT_COLL_REGISTER_WAIT_MS");
+    if (waitMs < 0 || waitMs > 60000) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "CollectiveComm: WEFT_COLL_REGISTER_WAIT_MS " + std::to_string(waitMs) + " outside [0, 60000]");
+    }
+    registerWait_ = std::chrono::milliseconds(waitMs);
     budgetNs_ = options_.budgetNs != 0 ? options_.budgetNs : defaultWaitBudgetNs();
     if (options_.oneShotMaxBytes != 0 && size_ <= kOneShotMaxRanks) {
       const uint64_t perLaunch = options_.oneShotMaxBytes / static_cast<uint64_t>(size_ > 1 ? size_ - 1 : 1) / 16 * 16;
@@ -329,9 +337,21 @@ class CollectiveCommImpl {
              hipStream_t stream) {
     if ((liveRegistrations_ == 0 && !autoRegistrations_) || size_ > static_cast<int>(kMaxZeroCopyRanks)) return;
     a.offers = 1;
-    if (autoRegistrations_) autoRegistrations_->poll(stream);
+    if (autoRegistrations_) autoRegistrations_->startOperation(stream);
     a.offer.sendReg = findRegistration(send, sendBytes, &a.offer.sendOffset);
     a.offer.recvReg = findRegistration(recv, recvBytes, &a.offer.recvOffset);
+    if (!autoRegistrations_) return;
+    // Shares first (in find), then the peers' messages: a peer that sees this rank's answer has seen its shares, so
+    // peers that wait (settle) answer each other before they stop. A buffer this call began to share is waited for
+    // a little: the peers take it in during the same call, so this call already runs zero-copy (and so does a graph
+    // captured after one eager call).
+    bool changed = autoRegistrations_->poll(stream);
+    if (a.offer.sendReg < 0 || a.offer.recvReg < 0)
+      changed = autoRegistrations_->settle(stream, registerWait_) || changed;
+    if (changed && (a.offer.sendReg < 0 || a.offer.recvReg < 0)) {
+      a.offer.sendReg = findRegistration(send, sendBytes, &a.offer.sendOffset);
+      a.offer.recvReg = findRegistration(recv, recvBytes, &a.offer.recvOffset);
+    }
   }
 
   // registerBuffer's registration holding [p, p + bytes), else one made on first use; -1 when neither.
@@ -1211,7 +1231,8 @@ class CollectiveCommImpl {
 #else
   std::vector<PortChannelDeviceHandle> portChannelsHost_;
 #endif
-  bool autoRegister_ = false;  // every rank registers the allocations it runs on (agreed at setup)
+  std::chrono::nanoseconds registerWait_{0};  // how long an operation waits for peers to take in its new buffers
+  bool autoRegister_ = false;                 // every rank registers the allocations it runs on (agreed at setup)
   std::unique_ptr<AutoRegistrations> autoRegistrations_;
   uint32_t liveRegistrations_ = 0;
   uint64_t registrationSeq_ = 0;

@@ -85,6 +85,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_COLL_AUTO_REGISTER", "bool", "1",
      "Collectives register the allocations they run on with the peers on first use, so that later operations on them "
      "run zero-copy (CollectiveOptions::autoRegister). 0 on any rank turns it off for the communicator."},
+    {"WEFT_COLL_REGISTER_WAIT_MS", "int", "20",
+     "Most milliseconds a collective that first touches an allocation waits for the peers to take it in (they do in "
+     "the same operation), so that it already runs zero-copy; once per allocation. 0: no wait, it goes zero-copy a few "
+     "operations later. At most 60000."},
     {"WEFT_COLL_PORT_BLOCKS", "int", "0",
      "Blocks of the port allreduce's kernel (1..256), which only reduces (the copy engines move the bytes); 0: 8."},
     {"WEFT_COLL_GPU_BLOCKS", "int", "0",

@@ -973,10 +973,13 @@ TEST(CollectivesGpu, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoAndF
   onTwoAndFourProcesses(zeroCopyAllReduce, std::chrono::seconds(180));
 }
 
-// Registration on first use: device buffers nobody registered go zero-copy within a few allreduces, every result
-// right; then the same allreduce captured in a CUDA graph replays zero-copy; then the buffer is freed and another
-// allocated (often at the same address): results stay right and the new one goes zero-copy in turn.
-void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t seed) {
+// Registration on first use: device buffers nobody registered go zero-copy, every result right; then the same
+// allreduce captured in a CUDA graph replays zero-copy; then the buffer is freed and another allocated (often at the
+// same address): results stay right and the new one goes zero-copy in turn. waitForPeers: the call that first touches
+// an allocation waits for the peers to take it in (generous budget; it ends once they have) and is zero-copy itself;
+// without (WEFT_COLL_REGISTER_WAIT_MS=0) the first call stages and one within a few goes zero-copy.
+void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t seed, bool waitForPeers) {
+  setenv("WEFT_COLL_REGISTER_WAIT_MS", waitForPeers ? "10000" : "0", 1);
   CollectiveOptions o = withScratch(1 << 20);
   o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather
   GpuRank r(rank, size, id, o);
@@ -1015,8 +1018,12 @@ void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t see
     return -1;
   };
   auto first = std::make_unique<GpuBuffer>(kBufferBytes);
-  EXPECT_EQ(allReduceOnce(first->get(), false), 0u) << "the first call cannot be zero-copy";
-  EXPECT_GE(untilZeroCopy(first->get()), 0);
+  if (waitForPeers) {
+    EXPECT_EQ(allReduceOnce(first->get(), false), 1u) << "the first call waited and is zero-copy";
+  } else {
+    EXPECT_EQ(allReduceOnce(first->get(), false), 0u) << "the first call cannot be zero-copy";
+    EXPECT_GE(untilZeroCopy(first->get()), 0);
+  }
   for (int i = 0; i < 3; ++i) EXPECT_EQ(allReduceOnce(first->get(), false), 1u) << "call " << i;
 #if WEFT_BUILD_GPU_CUDA
   EXPECT_EQ(allReduceOnce(first->get(), true), 1u) << "the graph replay staged";
@@ -1024,10 +1031,15 @@ void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t see
   const void* firstAddress = first->get();
   first.reset();
   GpuBuffer second(kBufferBytes);
-  if (second.get() == firstAddress) {
-    EXPECT_EQ(allReduceOnce(second.get(), false), 0u) << "a freed allocation's mapping was used";
+  if (waitForPeers) {
+    // A new allocation at the old address is a new registration: right data (checked), zero-copy at once.
+    EXPECT_EQ(allReduceOnce(second.get(), false), 1u) << "the new allocation waited";
+  } else {
+    if (second.get() == firstAddress) {
+      EXPECT_EQ(allReduceOnce(second.get(), false), 0u) << "a freed allocation's mapping was used";
+    }
+    EXPECT_GE(untilZeroCopy(second.get()), 0);
   }
-  EXPECT_GE(untilZeroCopy(second.get()), 0);
   EXPECT_EQ(allReduceOnce(second.get(), false), 1u);
   r.comm->bootstrap().barrier();
 }
@@ -1082,7 +1094,16 @@ TEST(CollectivesGpu, PortAllReduceLargeAndInCudaGraphTwoAndFourProcesses) {
 
 TEST(CollectivesGpu, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoAndFourProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
-  onTwoAndFourProcesses(autoRegisteredZeroCopy, std::chrono::seconds(180));
+  onTwoAndFourProcesses([](int rank, int size, const UniqueId& id,
+                           uint64_t seed) { autoRegisteredZeroCopy(rank, size, id, seed, false); },
+                        std::chrono::seconds(180));
+}
+
+TEST(CollectivesGpu, UnregisteredBuffersGoZeroCopyAtTheFirstCallTwoAndFourProcesses) {
+  if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU device node on this machine";
+  onTwoAndFourProcesses(
+      [](int rank, int size, const UniqueId& id, uint64_t seed) { autoRegisteredZeroCopy(rank, size, id, seed, true); },
+      std::chrono::seconds(180));
 }
 
 TEST(CollectivesGpu, AllReduceInCudaGraphTwoAndFourProcesses) {

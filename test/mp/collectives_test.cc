@@ -678,6 +678,29 @@ TEST(CollectivesMpTest, LLPacketsPerThreadOutsideItsRangeIsRefused) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
+// WEFT_COLL_REGISTER_WAIT_MS outside [0, 60000] (or not a number) is refused on every rank before any communication.
+TEST(CollectivesMpTest, RegisterWaitOutsideItsRangeIsRefused) {
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(2, [&](int rank, int n) {
+    auto comm = std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(10000)),
+                                               hostOnlyConfig());
+    for (const char* bad : {"-1", "60001", "soon"}) {
+      ASSERT_EQ(setenv("WEFT_COLL_REGISTER_WAIT_MS", bad, 1), 0);
+      try {
+        CollectiveComm c(comm, smallScratch());
+        ADD_FAILURE() << "WEFT_COLL_REGISTER_WAIT_MS=" << bad << " accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("WEFT_COLL_REGISTER_WAIT_MS"), std::string::npos) << e.what();
+      }
+    }
+    unsetenv("WEFT_COLL_REGISTER_WAIT_MS");
+    CollectiveComm c(comm, smallScratch());
+    runCase(c, {CollectiveKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 100, false, 0}, 1, 5);
+    comm->bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
 // [[collectives.allreduce]] rules (what weft-bench --tune writes) pick the algorithm by size, first match first,
 // rules for another rank count ignored, sizes past every rule to the built-in choice; an explicit algorithm wins.
 // Ranks whose selections differ would wait on each other's packets or syncs forever: they all fail at setup.
@@ -931,12 +954,16 @@ TEST(CollectivesMpTest, ZeroCopyEveryCollectiveFourRanks) { zeroCopyEveryCollect
 // and then stay zero-copy; every result matches the reference, before and after. Then every rank frees its buffer and
 // allocates another (often at the same address): the results stay right (a stale mapping of the freed one would give
 // the old contents) and the new allocation goes zero-copy in turn.
-void autoRegisteredZeroCopy(int size) {
+// waitForPeers: a call that first touches an allocation waits for the peers to take it in (generously here, so a
+// loaded machine does not make it flaky: the wait ends once they have), and is zero-copy itself. Without the wait
+// (WEFT_COLL_REGISTER_WAIT_MS=0) the first call stages and a later one goes zero-copy.
+void autoRegisteredZeroCopy(int size, bool waitForPeers) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   const uint64_t seed = freshSeed();
   auto results = test::runRanks(
       size,
       [&](int rank, int n) {
+        setenv("WEFT_COLL_REGISTER_WAIT_MS", waitForPeers ? "10000" : "0", 1);
         CollectiveOptions o = smallScratch();
         o.oneShotMaxBytes = 0;  // every allreduce is scatter-gather
         Rank r(rank, n, id, o);
@@ -967,16 +994,26 @@ void autoRegisteredZeroCopy(int size) {
           return -1;
         };
         std::shared_ptr<void> first = allocSharedHostMemory(kBufferBytes);
-        EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 0u) << "the first call cannot be zero-copy";
-        EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(first.get())), 0);
+        if (waitForPeers) {
+          EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 1u) << "the first call waited and is zero-copy";
+        } else {
+          EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 0u) << "the first call cannot be zero-copy";
+          EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(first.get())), 0);
+        }
         for (int i = 0; i < 5; ++i) EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 1u) << "call " << i;
         const void* firstAddress = first.get();
         first.reset();
         std::shared_ptr<void> second = allocSharedHostMemory(kBufferBytes);
-        if (second.get() == firstAddress) {
-          EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 0u) << "a freed allocation's mapping was used";
+        if (waitForPeers) {
+          // A new allocation at the old address is a new registration: right data (checked), zero-copy at once.
+          EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 1u) << "the new allocation waited";
+        } else {
+          if (second.get() == firstAddress) {
+            EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 0u)
+                << "a freed allocation's mapping was used";
+          }
+          EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(second.get())), 0);
         }
-        EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(second.get())), 0);
         for (int i = 0; i < 5; ++i) EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 1u) << "call " << i;
         r.comm->bootstrap().barrier();
       },
@@ -984,8 +1021,10 @@ void autoRegisteredZeroCopy(int size) {
   WEFT_EXPECT_RANKS_OK(results) << "seed " << seed;
 }
 
-TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoRanks) { autoRegisteredZeroCopy(2); }
-TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAfterAFewCallsThreeRanks) { autoRegisteredZeroCopy(3); }
+TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAfterAFewCallsTwoRanks) { autoRegisteredZeroCopy(2, false); }
+TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAfterAFewCallsThreeRanks) { autoRegisteredZeroCopy(3, false); }
+TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAtTheFirstCallTwoRanks) { autoRegisteredZeroCopy(2, true); }
+TEST(CollectivesMpTest, UnregisteredBuffersGoZeroCopyAtTheFirstCallThreeRanks) { autoRegisteredZeroCopy(3, true); }
 
 // One rank turning registration on first use off (WEFT_COLL_AUTO_REGISTER=0) turns it off for every rank: no call
 // goes zero-copy, and none waits for offers that rank never makes.

@@ -68,6 +68,7 @@ TEST(ParamsTest, EveryParameterWeftReadsIsDeclaredOnceWithTypeAndHelp) {
                                           "WEFT_NCCL_FORCE_FALLBACK",
                                           "WEFT_ALLREDUCE_ALGO",
                                           "WEFT_COLL_AUTO_REGISTER",
+                                          "WEFT_COLL_REGISTER_WAIT_MS",
                                           "WEFT_COLL_GPU_BLOCKS",
                                           "WEFT_COLL_ONESHOT_BLOCKS",
                                           "WEFT_COLL_LL_PACKETS_PER_THREAD",
