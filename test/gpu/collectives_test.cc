@@ -977,7 +977,8 @@ TEST(CollectivesGpu, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoAndF
 // allreduce captured in a CUDA graph replays zero-copy; then the buffer is freed and another allocated (often at the
 // same address): results stay right and the new one goes zero-copy in turn. waitForPeers: the call that first touches
 // an allocation waits for the peers to take it in (generous budget; it ends once they have) and is zero-copy itself;
-// without (WEFT_COLL_REGISTER_WAIT_MS=0) the first call stages and one within a few goes zero-copy.
+// without (WEFT_COLL_REGISTER_WAIT_MS=0) one within a few goes zero-copy (the first too, when the peers' answers
+// happen to arrive within it).
 void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t seed, bool waitForPeers) {
   setenv("WEFT_COLL_REGISTER_WAIT_MS", waitForPeers ? "10000" : "0", 1);
   CollectiveOptions o = withScratch(1 << 20);
@@ -1021,23 +1022,18 @@ void autoRegisteredZeroCopy(int rank, int size, const UniqueId& id, uint64_t see
   if (waitForPeers) {
     EXPECT_EQ(allReduceOnce(first->get(), false), 1u) << "the first call waited and is zero-copy";
   } else {
-    EXPECT_EQ(allReduceOnce(first->get(), false), 0u) << "the first call cannot be zero-copy";
     EXPECT_GE(untilZeroCopy(first->get()), 0);
   }
   for (int i = 0; i < 3; ++i) EXPECT_EQ(allReduceOnce(first->get(), false), 1u) << "call " << i;
 #if WEFT_BUILD_GPU_CUDA
   EXPECT_EQ(allReduceOnce(first->get(), true), 1u) << "the graph replay staged";
 #endif
-  const void* firstAddress = first->get();
-  first.reset();
+  first.reset();  // the next allocation often lands at its address: every call's data check would catch a stale map
   GpuBuffer second(kBufferBytes);
   if (waitForPeers) {
     // A new allocation at the old address is a new registration: right data (checked), zero-copy at once.
     EXPECT_EQ(allReduceOnce(second.get(), false), 1u) << "the new allocation waited";
   } else {
-    if (second.get() == firstAddress) {
-      EXPECT_EQ(allReduceOnce(second.get(), false), 0u) << "a freed allocation's mapping was used";
-    }
     EXPECT_GE(untilZeroCopy(second.get()), 0);
   }
   EXPECT_EQ(allReduceOnce(second.get(), false), 1u);

@@ -956,7 +956,8 @@ TEST(CollectivesMpTest, ZeroCopyEveryCollectiveFourRanks) { zeroCopyEveryCollect
 // the old contents) and the new allocation goes zero-copy in turn.
 // waitForPeers: a call that first touches an allocation waits for the peers to take it in (generously here, so a
 // loaded machine does not make it flaky: the wait ends once they have), and is zero-copy itself. Without the wait
-// (WEFT_COLL_REGISTER_WAIT_MS=0) the first call stages and a later one goes zero-copy.
+// (WEFT_COLL_REGISTER_WAIT_MS=0) a call within a few goes zero-copy (the first one too, when the peers' answers
+// happen to arrive within it: each call shares first and takes in messages after).
 void autoRegisteredZeroCopy(int size, bool waitForPeers) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   const uint64_t seed = freshSeed();
@@ -997,21 +998,16 @@ void autoRegisteredZeroCopy(int size, bool waitForPeers) {
         if (waitForPeers) {
           EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 1u) << "the first call waited and is zero-copy";
         } else {
-          EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 0u) << "the first call cannot be zero-copy";
           EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(first.get())), 0);
         }
         for (int i = 0; i < 5; ++i) EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(first.get())), 1u) << "call " << i;
-        const void* firstAddress = first.get();
-        first.reset();
+        first.reset();  // the next allocation often lands at its address: every call's data check would catch a stale
+                        // map
         std::shared_ptr<void> second = allocSharedHostMemory(kBufferBytes);
         if (waitForPeers) {
           // A new allocation at the old address is a new registration: right data (checked), zero-copy at once.
           EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 1u) << "the new allocation waited";
         } else {
-          if (second.get() == firstAddress) {
-            EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 0u)
-                << "a freed allocation's mapping was used";
-          }
           EXPECT_GE(untilZeroCopy(static_cast<uint8_t*>(second.get())), 0);
         }
         for (int i = 0; i < 5; ++i) EXPECT_EQ(allReduceOnce(static_cast<uint8_t*>(second.get())), 1u) << "call " << i;
