@@ -327,9 +327,9 @@ WEFT_HOST_DEVICE_INLINE uint64_t shareStart(uint64_t c, uint64_t q, uint64_t n) 
 /// dst[v] (and dst2[v] unless null) = the reduction over p = 0..n-1, in that order, of src(p)[v], for the 16-byte
 /// vectors v < vectors of elements of T, lane by lane exactly as reduceOrdered. Each worker takes kUnroll vectors per
 /// round and issues their loads together, so it waits for one memory latency per round, not per vector.
-template <class T, class TeamT, class Src>
+template <class T, class TeamT, class Src, class Store>
 WEFT_HOST_DEVICE_INLINE void reduceVectors(const TeamT& team, ReduceOp op, int n, uint64_t vectors, Src&& src,
-                                           Bytes16* dst, Bytes16* dst2) {
+                                           Store&& store) {
   using Traits = ReduceTraits<T>;
   using Acc = typename Traits::Acc;
   constexpr uint64_t kLanes = kVectorElems<T>;
@@ -361,8 +361,7 @@ WEFT_HOST_DEVICE_INLINE void reduceVectors(const TeamT& team, ReduceOp op, int n
           const T t = Traits::store(canonicalNan(reduceFinish(op, x, n)));
           memcpy(reinterpret_cast<uint8_t*>(&out) + e * sizeof(T), &t, sizeof(T));
         }
-        dst[v] = out;
-        if (dst2 != nullptr) dst2[v] = out;
+        store(v, out);
       }
     }
     return;
@@ -393,35 +392,45 @@ WEFT_HOST_DEVICE_INLINE void reduceVectors(const TeamT& team, ReduceOp op, int n
         const T t = Traits::store(canonicalNan(reduceFinish(op, acc[u][e], n)));
         memcpy(reinterpret_cast<uint8_t*>(&out) + e * sizeof(T), &t, sizeof(T));
       }
-      dst[v] = out;
-      if (dst2 != nullptr) dst2[v] = out;
+      store(v, out);
     }
   }
 }
 
-/// dst[i] (and dst2[i] unless null) = the reduction over p (rank order) of value(p)[i] for i < count, where value(p)
-/// points at elements of T: 16-byte vectors (reduceVectors) where every pointer is 16-byte aligned, element by
-/// element for the rest. `value(p)` must be 16-byte aligned for every p whenever dst is (callers pass scratch
-/// regions, which are, and buffers that are checked).
-template <class T, class TeamT, class ValueOf>
-WEFT_HOST_DEVICE_INLINE void reduceRange(const TeamT& team, const CollectiveContext& ctx, ReduceOp op, uint64_t count,
-                                         ValueOf&& value, T* dst, T* dst2) {
+/// dsts(d)[i], for every d < nd, = the reduction over p (rank order) of value(p)[i] for i < count, where value(p)
+/// and dsts(d) point at elements of T: 16-byte vectors (reduceVectors) where every pointer is 16-byte aligned,
+/// element by element for the rest. `value(p)` must be 16-byte aligned for every p whenever the destinations are
+/// (callers pass scratch regions, which are, and buffers that are checked).
+template <class T, class TeamT, class ValueOf, class DstOf>
+WEFT_HOST_DEVICE_INLINE void reduceRangeInto(const TeamT& team, const CollectiveContext& ctx, ReduceOp op,
+                                             uint64_t count, ValueOf&& value, DstOf&& dsts, int nd) {
   uint64_t done = 0;
-  bool vector = aligned16(dst) && (dst2 == nullptr || aligned16(dst2));
+  bool vector = true;
+  for (int d = 0; d < nd && vector; ++d) vector = aligned16(dsts(d));
   for (int p = 0; p < ctx.size && vector; ++p) vector = aligned16(value(p));
   if (vector) {
     const uint64_t vectors = count / kVectorElems<T>;
     reduceVectors<T>(
         team, op, ctx.size, vectors, [&](int p) { return reinterpret_cast<const Bytes16*>(value(p)); },
-        reinterpret_cast<Bytes16*>(dst), reinterpret_cast<Bytes16*>(dst2));
+        [&](uint64_t v, const Bytes16& out) {
+          for (int d = 0; d < nd; ++d) reinterpret_cast<Bytes16*>(dsts(d))[v] = out;
+        });
     done = vectors * kVectorElems<T>;
   }
   const uint64_t stride = team.flatCount();
   for (uint64_t i = done + team.flatId(); i < count; i += stride) {
     const T v = reduceOrdered<T>(op, ctx.size, [&](int p) { return value(p)[i]; });
-    dst[i] = v;
-    if (dst2 != nullptr) dst2[i] = v;
+    for (int d = 0; d < nd; ++d) dsts(d)[i] = v;
   }
+}
+
+/// dst[i] (and dst2[i] unless null) = the reduction over p (rank order) of value(p)[i] for i < count (see
+/// reduceRangeInto).
+template <class T, class TeamT, class ValueOf>
+WEFT_HOST_DEVICE_INLINE void reduceRange(const TeamT& team, const CollectiveContext& ctx, ReduceOp op, uint64_t count,
+                                         ValueOf&& value, T* dst, T* dst2) {
+  reduceRangeInto<T>(
+      team, ctx, op, count, value, [&](int d) { return d == 0 ? dst : dst2; }, dst2 == nullptr ? 1 : 2);
 }
 
 /// dst[i] = reduce over ranks of src_p[i], i < count, where src_p = peer p's scratch + offset (rank order).
@@ -535,26 +544,40 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
   return all;
 }
 
+/// Most ranks whose zero-copy allreduce writes every rank's recv straight from the reduction (the pointers live in the
+/// workers' registers or stack); larger teams copy the shares after a rank sync.
+inline constexpr uint64_t kDirectWriteRanks = 8;
+
 /// allReduce on registered buffers, after exchangeOffers found every rank's send and recv mapped: rank q reduces
-/// share q straight from every rank's send into its own recv; with two ranks it writes the peer's recv at the same
-/// time (every byte moved once), with more a rank sync follows and each rank copies the other shares from their
-/// reducers' recv. A last sync (finishZeroCopy): nobody reads this rank's send or writes its recv once the kernel ends.
-/// In place is safe: share q of a buffer is read and then written by the same worker, and other shares are written only
-/// after (or by ranks that never read) them.
+/// share q straight from every rank's send and writes it into every rank's recv at once (up to kDirectWriteRanks
+/// ranks: every byte read once and written once where it belongs, no sync in between); with more, into its own recv,
+/// then a rank sync and each rank copies the other shares from their reducers' recv. A last sync (finishZeroCopy):
+/// nobody reads this rank's send or writes its recv once the kernel ends. In place is safe: share q of every buffer
+/// is read and then written by the same worker of rank q, and no other rank reads share q.
 template <class T, class TeamT>
 WEFT_HOST_DEVICE void allReduceZeroCopy(const TeamT& team, const CollectiveArgs& a) {
   const CollectiveContext& ctx = a.ctx;
   const uint64_t n = static_cast<uint64_t>(ctx.size);
   const uint64_t rank = static_cast<uint64_t>(ctx.rank);
-  auto all = [](int32_t) { return true; };
   const uint64_t lo = shareStart<T>(a.count, rank, n);
   const uint64_t hi = shareStart<T>(a.count, rank + 1, n);
-  T* peerRecv = n == 2 ? reinterpret_cast<T*>(offeredRecv(a, static_cast<int32_t>(1 - rank))) + lo : nullptr;
-  reduceRange<T>(
-      team, ctx, a.op, hi - lo, [&](int p) { return reinterpret_cast<const T*>(offeredSend(a, p)) + lo; },
-      reinterpret_cast<T*>(a.recv) + lo, peerRecv);
-  if (n > 2) {
-    rankSync(team, ctx, a.kind, all);
+  auto sendOf = [&](int p) { return reinterpret_cast<const T*>(offeredSend(a, p)) + lo; };
+  if (n == 2) {  // both destinations in registers
+    reduceRange<T>(team, ctx, a.op, hi - lo, sendOf, reinterpret_cast<T*>(a.recv) + lo,
+                   reinterpret_cast<T*>(offeredRecv(a, static_cast<int32_t>(1 - rank))) + lo);
+  } else if (n <= kDirectWriteRanks) {
+    const T* from[kDirectWriteRanks];
+    T* to[kDirectWriteRanks];
+    for (uint64_t p = 0; p < n; ++p) {
+      from[p] = reinterpret_cast<const T*>(offeredSend(a, static_cast<int32_t>(p))) + lo;
+      // This rank's own recv first, then the next ranks': the ranks start on different buffers.
+      to[p] = reinterpret_cast<T*>(offeredRecv(a, static_cast<int32_t>((rank + p) % n))) + lo;
+    }
+    reduceRangeInto<T>(
+        team, ctx, a.op, hi - lo, [&](int p) { return from[p]; }, [&](int d) { return to[d]; }, static_cast<int>(n));
+  } else {
+    reduceRange<T>(team, ctx, a.op, hi - lo, sendOf, reinterpret_cast<T*>(a.recv) + lo, static_cast<T*>(nullptr));
+    rankSync(team, ctx, a.kind, [](int32_t) { return true; });
     for (uint64_t q = 0; q < n; ++q) {
       if (q == rank) continue;
       const uint64_t qlo = shareStart<T>(a.count, q, n);
