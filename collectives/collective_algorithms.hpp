@@ -259,15 +259,8 @@ WEFT_HOST_DEVICE_INLINE void pairSync(const TeamT& team, const CollectiveContext
   for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
     if (p == ctx.rank || !active(p)) continue;
     const uint64_t* flag = &ctx.pairFlags[row + static_cast<uint64_t>(p)];
-    uint64_t seen = 0;
-    if (!spinWaitUntil(
-            [&] {
-              seen = atomicLoad<MemoryOrder::kRelaxed>(flag);
-              return seen >= round;
-            },
-            WaitBudget{ctx.budgetNs})) {
-      reportWaitTimeout(WaitSite{ctx.record, ctx.rank, p, kind}, WaitOp::kBarrier, round, seen, ctx.budgetNs);
-    }
+    waitAtLeast<MemoryOrder::kRelaxed>(flag, round, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, p, kind},
+                                       WaitOp::kBarrier);
     fence<MemoryOrder::kAcquire>();
   }
   team.blockSync();
@@ -397,21 +390,28 @@ WEFT_HOST_DEVICE_INLINE void reduceVectors(const TeamT& team, ReduceOp op, int n
   }
 }
 
+/// Sources a reduction resolves once, before its loop (a zero-copy source costs an offer and a table read).
+inline constexpr int kResolvedSources = 8;
+
 /// dsts(d)[i], for every d < nd, = the reduction over p (rank order) of value(p)[i] for i < count, where value(p)
 /// and dsts(d) point at elements of T: 16-byte vectors (reduceVectors) where every pointer is 16-byte aligned,
 /// element by element for the rest. `value(p)` must be 16-byte aligned for every p whenever the destinations are
-/// (callers pass scratch regions, which are, and buffers that are checked).
+/// (callers pass scratch regions, which are, and buffers that are checked). value(p) is called once per p for the
+/// first kResolvedSources ranks, per round beyond them.
 template <class T, class TeamT, class ValueOf, class DstOf>
 WEFT_HOST_DEVICE_INLINE void reduceRangeInto(const TeamT& team, const CollectiveContext& ctx, ReduceOp op,
                                              uint64_t count, ValueOf&& value, DstOf&& dsts, int nd) {
+  const T* resolved[kResolvedSources];
+  for (int p = 0; p < ctx.size && p < kResolvedSources; ++p) resolved[p] = value(p);
+  auto source = [&](int p) { return p < kResolvedSources ? resolved[p] : value(p); };
   uint64_t done = 0;
   bool vector = true;
   for (int d = 0; d < nd && vector; ++d) vector = aligned16(dsts(d));
-  for (int p = 0; p < ctx.size && vector; ++p) vector = aligned16(value(p));
+  for (int p = 0; p < ctx.size && vector; ++p) vector = aligned16(source(p));
   if (vector) {
     const uint64_t vectors = count / kVectorElems<T>;
     reduceVectors<T>(
-        team, op, ctx.size, vectors, [&](int p) { return reinterpret_cast<const Bytes16*>(value(p)); },
+        team, op, ctx.size, vectors, [&](int p) { return reinterpret_cast<const Bytes16*>(source(p)); },
         [&](uint64_t v, const Bytes16& out) {
           for (int d = 0; d < nd; ++d) reinterpret_cast<Bytes16*>(dsts(d))[v] = out;
         });
@@ -419,7 +419,7 @@ WEFT_HOST_DEVICE_INLINE void reduceRangeInto(const TeamT& team, const Collective
   }
   const uint64_t stride = team.flatCount();
   for (uint64_t i = done + team.flatId(); i < count; i += stride) {
-    const T v = reduceOrdered<T>(op, ctx.size, [&](int p) { return value(p)[i]; });
+    const T v = reduceOrdered<T>(op, ctx.size, [&](int p) { return source(p)[i]; });
     for (int d = 0; d < nd; ++d) dsts(d)[i] = v;
   }
 }
@@ -519,15 +519,7 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
     const ZeroCopyOffer* o = &a.offer;
     if (p != ctx.rank) {
       o = &offerOf(a, p);
-      uint64_t seen = 0;
-      if (!spinWaitUntil(
-              [&] {
-                seen = atomicLoad<MemoryOrder::kAcquire>(&o->round);
-                return seen >= round;
-              },
-              WaitBudget{ctx.budgetNs})) {
-        reportWaitTimeout(WaitSite{ctx.record, ctx.rank, p, a.kind}, WaitOp::kBarrier, round, seen, ctx.budgetNs);
-      }
+      waitAtLeast(&o->round, round, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, p, a.kind}, WaitOp::kBarrier);
     }
     const uint32_t needs = zeroCopyNeeds(a, p);
     if (((needs & kZeroCopySend) != 0 && mappedRegistration(ctx, p, o->sendReg, o->sendOffset) == nullptr) ||
@@ -566,15 +558,12 @@ WEFT_HOST_DEVICE void allReduceZeroCopy(const TeamT& team, const CollectiveArgs&
     reduceRange<T>(team, ctx, a.op, hi - lo, sendOf, reinterpret_cast<T*>(a.recv) + lo,
                    reinterpret_cast<T*>(offeredRecv(a, static_cast<int32_t>(1 - rank))) + lo);
   } else if (n <= kDirectWriteRanks) {
-    const T* from[kDirectWriteRanks];
     T* to[kDirectWriteRanks];
     for (uint64_t p = 0; p < n; ++p) {
-      from[p] = reinterpret_cast<const T*>(offeredSend(a, static_cast<int32_t>(p))) + lo;
       // This rank's own recv first, then the next ranks': the ranks start on different buffers.
       to[p] = reinterpret_cast<T*>(offeredRecv(a, static_cast<int32_t>((rank + p) % n))) + lo;
     }
-    reduceRangeInto<T>(
-        team, ctx, a.op, hi - lo, [&](int p) { return from[p]; }, [&](int d) { return to[d]; }, static_cast<int>(n));
+    reduceRangeInto<T>(team, ctx, a.op, hi - lo, sendOf, [&](int d) { return to[d]; }, static_cast<int>(n));
   } else {
     reduceRange<T>(team, ctx, a.op, hi - lo, sendOf, reinterpret_cast<T*>(a.recv) + lo, static_cast<T*>(nullptr));
     rankSync(team, ctx, a.kind, [](int32_t) { return true; });

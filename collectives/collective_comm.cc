@@ -346,9 +346,9 @@ class CollectiveCommImpl {
     // a little: the peers take it in during the same call, so this call already runs zero-copy (and so does a graph
     // captured after one eager call).
     bool changed = autoRegistrations_->poll(stream);
-    if (a.offer.sendReg < 0 || a.offer.recvReg < 0)
-      changed = autoRegistrations_->settle(stream, registerWait_) || changed;
-    if (changed && (a.offer.sendReg < 0 || a.offer.recvReg < 0)) {
+    const bool unmapped = a.offer.sendReg < 0 || a.offer.recvReg < 0;
+    if (unmapped) changed = autoRegistrations_->settle(stream, registerWait_) || changed;
+    if (changed && unmapped) {
       a.offer.sendReg = findRegistration(send, sendBytes, &a.offer.sendOffset);
       a.offer.recvReg = findRegistration(recv, recvBytes, &a.offer.recvOffset);
     }

@@ -122,19 +122,28 @@ WEFT_HOST_DEVICE_NOINLINE void reportWaitTimeout(const WaitSite& site, WaitOp op
 #endif
 }
 
-/// Spins until `*word >= target` (acquire, system scope) or `budgetNs` runs out; then reports the timeout.
-/// Returns the value seen.
-template <class T>
-WEFT_HOST_DEVICE_INLINE T waitAtLeast(const T* word, T target, uint64_t budgetNs, const WaitSite& site, WaitOp op) {
-  T seen = atomicLoad<MemoryOrder::kAcquire>(word);
-  if (seen >= target) return seen;
-  bool ok = spinWaitUntil(
+/// Spins until `*word >= target` (loads with `Order`) or `budgetNs` runs out; `seen` ends as the last value
+/// loaded. True when the target was reached. The one spin every counter wait below is built on.
+template <MemoryOrder Order = MemoryOrder::kAcquire, class T>
+WEFT_HOST_DEVICE_INLINE bool spinUntilAtLeast(const T* word, T target, uint64_t budgetNs, T& seen) {
+  seen = atomicLoad<Order>(word);
+  if (seen >= target) return true;
+  return spinWaitUntil(
       [&] {
-        seen = atomicLoad<MemoryOrder::kAcquire>(word);
+        seen = atomicLoad<Order>(word);
         return seen >= target;
       },
       WaitBudget{budgetNs});
-  if (!ok) reportWaitTimeout(site, op, static_cast<uint64_t>(target), static_cast<uint64_t>(seen), budgetNs);
+}
+
+/// Spins until `*word >= target` (acquire loads unless `Order` is kRelaxed) or `budgetNs` runs out; then reports
+/// the timeout. Returns the value seen.
+template <MemoryOrder Order = MemoryOrder::kAcquire, class T>
+WEFT_HOST_DEVICE_INLINE T waitAtLeast(const T* word, T target, uint64_t budgetNs, const WaitSite& site, WaitOp op) {
+  T seen{};
+  if (!spinUntilAtLeast<Order>(word, target, budgetNs, seen)) {
+    reportWaitTimeout(site, op, static_cast<uint64_t>(target), static_cast<uint64_t>(seen), budgetNs);
+  }
   return seen;
 }
 
@@ -148,15 +157,8 @@ WEFT_HOST_DEVICE_INLINE void consumeNextSignal(const uint64_t* word, uint64_t* c
                                                const WaitSite& site, WaitOp op) {
   const uint64_t target = *consumed + 1;
   *consumed = target;
-  uint64_t seen = atomicLoad<Order>(word);
-  if (seen >= target) return;
-  const bool ok = spinWaitUntil(
-      [&] {
-        seen = atomicLoad<Order>(word);
-        return seen >= target;
-      },
-      WaitBudget{budgetNs});
-  if (ok) return;
+  uint64_t seen = 0;
+  if (spinUntilAtLeast<Order>(word, target, budgetNs, seen)) return;
   *consumed = target - 1;
   reportWaitTimeout(site, op, target, seen, budgetNs);
 }

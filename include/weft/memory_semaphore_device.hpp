@@ -79,15 +79,7 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
 
   /// waitFor() with relaxed loads.
   WEFT_HOST_DEVICE_INLINE void relaxedWaitFor(uint64_t target) const {
-    uint64_t seen = atomicLoad<MemoryOrder::kRelaxed>(inbound);
-    if (seen >= target) return;
-    const bool ok = spinWaitUntil(
-        [&] {
-          seen = atomicLoad<MemoryOrder::kRelaxed>(inbound);
-          return seen >= target;
-        },
-        WaitBudget{budgetNs});
-    if (!ok) reportWaitTimeout(site, WaitOp::kSemaphoreWait, target, seen, budgetNs);
+    waitAtLeast<MemoryOrder::kRelaxed>(inbound, target, budgetNs, site, WaitOp::kSemaphoreWait);
   }
 };
 static_assert(std::is_trivially_copyable_v<MemoryDevice2DeviceSemaphoreDeviceHandle>);

@@ -16,7 +16,7 @@ TEST(DeviceErrorTest, WaitThatNobodySatisfiesRecordsAndThrows) {
   WaitSite site{block.deviceRecord(), 2, 5, 7};
   auto start = std::chrono::steady_clock::now();
   try {
-    waitAtLeast<uint64_t>(&word, 4, 50'000'000, site, WaitOp::kSemaphoreWait);
+    waitAtLeast(&word, uint64_t{4}, 50'000'000, site, WaitOp::kSemaphoreWait);
     FAIL() << "returned without the value";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout);
@@ -49,7 +49,7 @@ TEST(DeviceErrorTest, WaitReturnsOnceAnotherThreadStores) {
     atomicStore<MemoryOrder::kRelease>(&word, uint64_t{10});
   });
   WaitSite site{nullptr, 0, -1, -1};
-  EXPECT_EQ(waitAtLeast<uint64_t>(&word, 10, 5'000'000'000ull, site, WaitOp::kSemaphoreWait), 10u);
+  EXPECT_EQ(waitAtLeast(&word, uint64_t{10}, 5'000'000'000ull, site, WaitOp::kSemaphoreWait), 10u);
   t.join();
 }
 
