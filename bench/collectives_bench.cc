@@ -968,13 +968,18 @@ int runAllReduceTuning(TcpBootstrap& boot, const CollectivesOptions& options, co
                  static_cast<long long>(wrong), options.tunePath.c_str());
   }
   if (rank == 0 && ok == 1) {
+    // The rules name the placement they were measured on: ranks sharing one GPU contend for its SMs and memory,
+    // so their best choice need not hold where each rank has a GPU of its own.
+    const int perGpu = colls.front()->ranksPerGpu();
     std::string text = "# weft-bench collectives --tune: allreduce " + std::string(typeName(type)) + " on " +
-                       std::to_string(ranks) + " ranks, sizes " + std::to_string(winners.front().first) + " to " +
-                       std::to_string(winners.back().first) + " bytes.\n# Use as WEFT_CONFIG or copy into weft.toml.\n";
+                       std::to_string(ranks) + " ranks (at most " + std::to_string(perGpu) + " on one GPU), sizes " +
+                       std::to_string(winners.front().first) + " to " + std::to_string(winners.back().first) +
+                       " bytes.\n# Use as WEFT_CONFIG or copy into weft.toml.\n";
     for (size_t i = 0; i < winners.size(); ++i) {
       const bool last = i + 1 == winners.size();
       if (!last && winners[i + 1].second == winners[i].second) continue;
-      text += "\n[[collectives.allreduce]]\nranks = " + std::to_string(ranks) + "\n";
+      text += "\n[[collectives.allreduce]]\nranks = " + std::to_string(ranks) +
+              "\nranks_per_gpu = " + std::to_string(perGpu) + "\n";
       if (!last) text += "max_bytes = " + std::to_string(winners[i].first) + "\n";
       text += std::string("algorithm = \"") + allReduceAlgorithmName(algorithms[winners[i].second]) + "\"\n";
     }

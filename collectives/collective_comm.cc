@@ -113,6 +113,11 @@ constexpr uint32_t kDefaultPortBlocks = 8;
 // an H100 under MPS a proxy's copy, issued on its connection's stream while the kernel on the caller's stream waited
 // for it, never completed (hardware queues are shared among MPS clients and streams beyond them share a queue).
 constexpr uint32_t kPortMostRanksPerGpu = 2;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+constexpr bool kGpuBuild = true;
+#else
+constexpr bool kGpuBuild = false;
+#endif
 
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
 constexpr MemoryKind kScratchKind = MemoryKind::kGpu;
@@ -212,8 +217,12 @@ class CollectiveCommImpl {
       // A two-shot share takes half a slot (the other half carries the reduced share back).
       twoShotLimitBytes_ = static_cast<uint64_t>(size_) * (oneShotLimitBytes_ / 2);
     }
+    resolvePlacement();
     for (const AllReduceRule& rule : comm_->config().allReduceRules) {
-      if (rule.ranks == 0 || rule.ranks == size_) rules_.push_back({rule.maxBytes, ruleAlgorithm(rule.algorithm)});
+      if ((rule.ranks == 0 || rule.ranks == size_) &&
+          (rule.ranksPerGpu == 0 || static_cast<uint32_t>(rule.ranksPerGpu) == mostRanksOnAGpu_)) {
+        rules_.push_back({rule.maxBytes, ruleAlgorithm(rule.algorithm)});
+      }
     }
     gpuBlocks_ = resolveGpuBlocks();
     packetGrids_ = resolvePacketGrids(resolvePacketsPerThread());
@@ -508,12 +517,13 @@ class CollectiveCommImpl {
   }
 
   // Whether the port allreduce may be chosen here, and so needs its channels. Not where more than
-  // kPortMostRanksPerGpu ranks share a GPU (every rank knows the same maximum): it then runs scatter-gather.
+  // kPortMostRanksPerGpu ranks share a GPU (every rank knows the same maximum): it then runs scatter-gather. Host
+  // builds have no such limit (their copies are the proxy's own memcpy).
   bool portWanted() const {
     const bool named = algorithm_ == AllReduceAlgorithm::kPort ||
                        std::any_of(rules_.begin(), rules_.end(),
                                    [](const Rule& r) { return r.algorithm == AllReduceAlgorithm::kPort; });
-    if (named && mostRanksOnAGpu_ > kPortMostRanksPerGpu) {
+    if (named && kGpuBuild && mostRanksOnAGpu_ > kPortMostRanksPerGpu) {
       if (rank_ == 0) {
         logWarn(LogSubsys::kColl,
                 "collectives: the port allreduce runs scatter-gather instead: {} ranks share one GPU, and beyond {} "
@@ -589,6 +599,8 @@ class CollectiveCommImpl {
     checkGpu(hipDeviceSynchronize(), "waiting for the registration table");
 #endif
   }
+
+  int ranksPerGpu() const { return static_cast<int>(mostRanksOnAGpu_); }
 
   AllReduceAlgorithm allReduceAlgorithmFor(uint64_t count, DataType type) const {
     const AllReduceAlgorithm a = chooseAllReduce(count, type);
@@ -925,8 +937,27 @@ class CollectiveCommImpl {
     return h;
   }
 
-  // Grid of the staged kernels: as options or WEFT_COLL_GPU_BLOCKS say, else sized by the ranks sharing this GPU
-  // (same host, same PCI bus id: an allGather every rank makes).
+  // Which ranks share this rank's GPU (same host, same PCI bus id; host builds: same host, whose memory they share),
+  // and the most on any one GPU: an allGather every rank makes, so the latter is the same on every rank.
+  void resolvePlacement() {
+    uint64_t key = comm_->peers()[static_cast<size_t>(rank_)].hostHash;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    int device = 0;
+    char bus[64] = {};
+    checkGpu(hipGetDevice(&device), "hipGetDevice");
+    checkGpu(hipDeviceGetPCIBusId(bus, sizeof(bus), device), "hipDeviceGetPCIBusId");
+    key ^= std::hash<std::string>{}(bus)*0x9e3779b97f4a7c15ull;
+#endif
+    std::vector<uint64_t> keys(static_cast<size_t>(size_));
+    keys[static_cast<size_t>(rank_)] = key;
+    comm_->bootstrap().allGather(keys.data(), sizeof(uint64_t));
+    ranksOnGpu_ = static_cast<uint32_t>(std::count(keys.begin(), keys.end(), key));
+    for (uint64_t k : keys) {
+      mostRanksOnAGpu_ = std::max(mostRanksOnAGpu_, static_cast<uint32_t>(std::count(keys.begin(), keys.end(), k)));
+    }
+  }
+
+  // Grid of the staged kernels: as options or WEFT_COLL_GPU_BLOCKS say, else sized by the ranks sharing this GPU.
   uint32_t resolveGpuBlocks() {
     int64_t want = options_.gpuBlocks;
     if (want == 0) want = paramInt("WEFT_COLL_GPU_BLOCKS");
@@ -937,19 +968,6 @@ class CollectiveCommImpl {
                       std::to_string(kGpuMaxBlocks) + "]");
     }
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-    int device = 0;
-    char bus[64] = {};
-    checkGpu(hipGetDevice(&device), "hipGetDevice");
-    checkGpu(hipDeviceGetPCIBusId(bus, sizeof(bus), device), "hipDeviceGetPCIBusId");
-    const uint64_t key =
-        comm_->peers()[static_cast<size_t>(rank_)].hostHash ^ (std::hash<std::string>{}(bus)*0x9e3779b97f4a7c15ull);
-    std::vector<uint64_t> keys(static_cast<size_t>(size_));
-    keys[static_cast<size_t>(rank_)] = key;
-    comm_->bootstrap().allGather(keys.data(), sizeof(uint64_t));
-    ranksOnGpu_ = static_cast<uint32_t>(std::count(keys.begin(), keys.end(), key));
-    for (uint64_t k : keys) {
-      mostRanksOnAGpu_ = std::max(mostRanksOnAGpu_, static_cast<uint32_t>(std::count(keys.begin(), keys.end(), k)));
-    }
     const uint32_t limit = collectiveGridBlocks(ranksOnGpu_);
     if (want == 0) return limit;
     if (want > static_cast<int64_t>(limit)) {
@@ -1303,6 +1321,7 @@ void CollectiveComm::sendRecv(std::span<const PointToPoint> ops, hipStream_t str
 AllReduceAlgorithm CollectiveComm::allReduceAlgorithmFor(uint64_t count, DataType type) const {
   return impl_->allReduceAlgorithmFor(count, type);
 }
+int CollectiveComm::ranksPerGpu() const { return impl_->ranksPerGpu(); }
 void CollectiveComm::checkError() const { impl_->checkError(); }
 uint32_t CollectiveComm::registerBuffer(void* buffer, uint64_t bytes) { return impl_->registerBuffer(buffer, bytes); }
 void CollectiveComm::deregisterBuffer(uint32_t id) { impl_->deregisterBuffer(id); }

@@ -501,12 +501,19 @@ class FileParser {
     for (const toml::node& element : *n->as_array()) {
       const std::string path = "collectives.allreduce[" + std::to_string(rules.size()) + "]";
       const toml::table& t = *element.as_table();
-      checkKeys(t, path + ".", {"ranks", "max_bytes", "algorithm"});
+      checkKeys(t, path + ".", {"ranks", "ranks_per_gpu", "max_bytes", "algorithm"});
       AllReduceRule rule;
       if (const toml::node* v = t.get("ranks")) {
         const int64_t ranks = intOf(*v, path + ".ranks");
         if (ranks < 0 || ranks > kIntMax) fail(v->source(), "'" + path + ".ranks' must be in [0, 2^31), 0 for any");
         rule.ranks = static_cast<int>(ranks);
+      }
+      if (const toml::node* v = t.get("ranks_per_gpu")) {
+        const int64_t most = intOf(*v, path + ".ranks_per_gpu");
+        if (most < 0 || most > kIntMax) {
+          fail(v->source(), "'" + path + ".ranks_per_gpu' must be in [0, 2^31), 0 for any placement");
+        }
+        rule.ranksPerGpu = static_cast<int>(most);
       }
       if (const toml::node* v = t.get("max_bytes")) {
         const int64_t bytes = intOf(*v, path + ".max_bytes");

@@ -185,6 +185,10 @@ class CollectiveComm {
   /// alike from the options, WEFT_ALLREDUCE_ALGO, the rank count and the message size.
   AllReduceAlgorithm allReduceAlgorithmFor(uint64_t count, DataType type) const;
 
+  /// The most ranks of this communicator that share one GPU (host builds: one host, whose memory they share); the
+  /// same on every rank. [[collectives.allreduce]] rules with `ranks_per_gpu` apply only where it matches.
+  int ranksPerGpu() const;
+
   /// Throws the error a finished or failed operation left (a device timeout record, a failed launch), if any.
   void checkError() const;
 

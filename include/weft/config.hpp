@@ -50,12 +50,13 @@ const std::vector<TransportOptionInfo>& knownTransportOptions();
 const std::vector<std::string>& ncclFallbackOperations();
 
 /// One rule of [[collectives.allreduce]]: allreduces of `ranks` ranks (0: any number) and at most `maxBytes` bytes
-/// (0: any size) run `algorithm` ("oneshot_ll", "scatter_gather" or "twoshot_ll"). weft-bench collectives --tune writes
-/// them.
+/// (0: any size), on communicators whose most ranks on one GPU are `ranksPerGpu` (0: any placement), run `algorithm`
+/// ("oneshot_ll", "scatter_gather", "twoshot_ll" or "port"). weft-bench collectives --tune writes them.
 struct AllReduceRule {
   int ranks = 0;
   uint64_t maxBytes = 0;
   std::string algorithm;
+  int ranksPerGpu = 0;
   bool operator==(const AllReduceRule&) const = default;
 };
 

@@ -146,6 +146,7 @@ TEST_F(CollectivesBench, TuneWritesRulesThatTheLibraryFollows) {
   for (size_t i = 0; i < c.allReduceRules.size(); ++i) {
     const weft::AllReduceRule& rule = c.allReduceRules[i];
     EXPECT_EQ(rule.ranks, 2);
+    EXPECT_EQ(rule.ranksPerGpu, 2) << "the placement it was measured on (two ranks of one host)";
     if (i + 1 < c.allReduceRules.size()) {
       EXPECT_NE(rule.algorithm, c.allReduceRules[i + 1].algorithm) << "consecutive rules should have been merged";
       if (i + 2 < c.allReduceRules.size()) EXPECT_LT(rule.maxBytes, c.allReduceRules[i + 1].maxBytes);

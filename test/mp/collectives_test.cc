@@ -702,20 +702,25 @@ TEST(CollectivesMpTest, RegisterWaitOutsideItsRangeIsRefused) {
 }
 
 // [[collectives.allreduce]] rules (what weft-bench --tune writes) pick the algorithm by size, first match first,
-// rules for another rank count ignored, sizes past every rule to the built-in choice; an explicit algorithm wins.
+// rules for another rank count or another placement (ranks_per_gpu; host builds: ranks per host) ignored, sizes past
+// every rule to the built-in choice; an explicit algorithm wins.
 // Ranks whose selections differ would wait on each other's packets or syncs forever: they all fail at setup.
 TEST(CollectivesMpTest, ConfigRulesSelectTheAllReduceAlgorithm) {
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   UniqueId id2 = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = test::runRanks(2, [&](int rank, int n) {
     Config config = hostOnlyConfig();
-    config.allReduceRules = {{3, 0, "oneshot_ll"}, {2, 256, "scatter_gather"}, {0, 4096, "oneshot_ll"}};
+    config.allReduceRules = {{3, 0, "oneshot_ll"},
+                             {2, 0, "oneshot_ll", 1},  // one rank per GPU (host): not these two
+                             {2, 256, "scatter_gather", 2},
+                             {0, 4096, "oneshot_ll"}};
     auto comm =
         std::make_shared<Communicator>(std::make_shared<TcpBootstrap>(rank, n, id, milliseconds(10000)), config);
     {
       CollectiveOptions o = smallScratch();
       o.oneShotMaxBytes = 8192;  // the built-in choice: one-shot up to 8192 bytes on 2 ranks
       CollectiveComm c(comm, o);
+      EXPECT_EQ(c.ranksPerGpu(), 2);  // both ranks on this host
       const std::pair<uint64_t, AllReduceAlgorithm> want[] = {
           {1, AllReduceAlgorithm::kScatterGather},   {64, AllReduceAlgorithm::kScatterGather},
           {65, AllReduceAlgorithm::kOneShotLL},      {1024, AllReduceAlgorithm::kOneShotLL},

@@ -284,11 +284,13 @@ TEST(ConfigTest, CollectivesAllReduceRules) {
   EXPECT_TRUE(Config::defaults().allReduceRules.empty());
   Config c = Config::parse(
       "[[collectives.allreduce]]\nranks = 2\nmax_bytes = 65536\nalgorithm = \"oneshot_ll\"\n"
-      "[[collectives.allreduce]]\nranks = 4\nmax_bytes = 1048576\nalgorithm = \"twoshot_ll\"\n"
+      "[[collectives.allreduce]]\nranks = 4\nranks_per_gpu = 4\nmax_bytes = 1048576\nalgorithm = \"twoshot_ll\"\n"
       "[[collectives.allreduce]]\nalgorithm = \"scatter_gather\"\n",
       "t.toml");
   EXPECT_EQ(c.allReduceRules, (std::vector<AllReduceRule>{
-                                  {2, 65536, "oneshot_ll"}, {4, 1048576, "twoshot_ll"}, {0, 0, "scatter_gather"}}));
+                                  {2, 65536, "oneshot_ll"}, {4, 1048576, "twoshot_ll", 4}, {0, 0, "scatter_gather"}}));
+  EXPECT_EQ(parseError("[[collectives.allreduce]]\nranks_per_gpu = -1\nalgorithm = \"oneshot_ll\"\n"),
+            "weft.toml:2:17: 'collectives.allreduce[0].ranks_per_gpu' must be in [0, 2^31), 0 for any placement");
   EXPECT_EQ(parseError("[[collectives.allreduce]]\nalgorithm = \"ring\"\n"),
             "weft.toml:2:13: 'collectives.allreduce[0].algorithm' must be one of \"oneshot_ll\", \"scatter_gather\", "
             "\"twoshot_ll\", \"port\", got 'ring'");
@@ -297,8 +299,9 @@ TEST(ConfigTest, CollectivesAllReduceRules) {
             "weft.toml:4:13: 'collectives.allreduce[1].max_bytes' must be >= 0 (0: any size)");
   EXPECT_EQ(parseError("[[collectives.allreduce]]\nranks = 2\n"),
             "weft.toml:1:1: 'collectives.allreduce[0]' has no 'algorithm'");
-  EXPECT_EQ(parseError("[[collectives.allreduce]]\nsize = 2\nalgorithm = \"oneshot_ll\"\n"),
-            "weft.toml:2:1: unknown key 'collectives.allreduce[0].size' (known: ranks, max_bytes, algorithm)");
+  EXPECT_EQ(
+      parseError("[[collectives.allreduce]]\nsize = 2\nalgorithm = \"oneshot_ll\"\n"),
+      "weft.toml:2:1: unknown key 'collectives.allreduce[0].size' (known: ranks, ranks_per_gpu, max_bytes, algorithm)");
   EXPECT_EQ(parseError("[collectives]\nallreduce = \"oneshot_ll\"\n"),
             "weft.toml:2:13: 'collectives.allreduce' must be an array of tables ([[collectives.allreduce]]), got "
             "string");
