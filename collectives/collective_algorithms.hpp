@@ -554,8 +554,9 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
 }
 
 /// Most ranks whose zero-copy allreduce writes every rank's recv straight from the reduction; larger teams copy the
-/// shares after a rank sync. Measured on one H100 shared under MPS (graph, float): 4 ranks 16 MB 90.1 -> 81.1 us and
-/// 64 MB 276.6 -> 257.5 with the direct writes; 8 ranks 64 MB 502.4 -> 530.1 (eight scattered stores per vector).
+/// shares after a rank sync. Measured on one H100 shared under MPS (graph, float): 3 ranks 16 MB 74.3 -> 63.7 us, 4
+/// ranks 90.1 -> 81.1 with the direct writes. 8 ranks were 5% slower at 64 MB, but in a build whose reductions also
+/// kept their sources in a stack array, which alone cost as much (docs/performance.md): 8 is not measured without it.
 inline constexpr uint64_t kDirectWriteRanks = 4;
 
 /// allReduce on registered buffers, after exchangeOffers found every rank's send and recv mapped: rank q reduces
