@@ -554,10 +554,11 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
 }
 
 /// Most ranks whose zero-copy allreduce writes every rank's recv straight from the reduction; larger teams copy the
-/// shares after a rank sync. Measured on one H100 shared under MPS (graph, float): 3 ranks 16 MB 74.3 -> 63.7 us, 4
-/// ranks 90.1 -> 81.1 with the direct writes. 8 ranks were 5% slower at 64 MB, but in a build whose reductions also
-/// kept their sources in a stack array, which alone cost as much (docs/performance.md): 8 is not measured without it.
-inline constexpr uint64_t kDirectWriteRanks = 4;
+/// shares after a rank sync. Measured on one H100 shared under MPS (graph, float, 16 MB / 64 MB out of place, direct
+/// writes against reduce + sync + copy): 3 ranks 72.6 -> 58.4 / 212.4 -> 185.4 us, 4 ranks 90.2 -> 76.1 / 271.4 ->
+/// 239.7, 6 ranks 122.2 -> 116.9 / 407.9 -> 392.9, 8 ranks 147.3 -> 142.3 / 500.4 -> 478.2 (docs/performance.md).
+/// Past 8 it is not measured.
+inline constexpr uint64_t kDirectWriteRanks = 8;
 
 /// allReduce on registered buffers, after exchangeOffers found every rank's send and recv mapped: rank q reduces
 /// share q straight from every rank's send and writes it into every rank's recv at once (up to kDirectWriteRanks

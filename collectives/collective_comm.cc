@@ -115,13 +115,9 @@ constexpr uint32_t kDefaultPortBlocks = 8;
 constexpr uint32_t kPortMostRanksPerGpu = 2;
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
 constexpr bool kGpuBuild = true;
-#else
-constexpr bool kGpuBuild = false;
-#endif
-
-#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
 constexpr MemoryKind kScratchKind = MemoryKind::kGpu;
 #else
+constexpr bool kGpuBuild = false;
 constexpr MemoryKind kScratchKind = MemoryKind::kHost;
 #endif
 
@@ -1052,6 +1048,30 @@ class CollectiveCommImpl {
     const DeviceWaitOptions waitOptions{errors_.deviceRecord(), -1, budgetNs_};
     remoteScratch_.resize(static_cast<size_t>(size_));
     connections_.resize(static_cast<size_t>(size_));
+    std::string problem;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      RegisteredMemory& remote = remoteScratch_[static_cast<size_t>(p)];
+      remote = comm_->recvMemory(p, kScratchTag);
+      if (remote.data() == nullptr && problem.empty()) {
+        problem = "rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) + "'s scratch (transport " +
+                  comm_->transportFor(p, kScratchKind) + " has no load/store path)";
+      }
+    }
+    // Every rank learns whether every rank mapped every peer before anyone connects, so that all stop alike (a
+    // communicator spanning hosts, one whose config picks a network transport) instead of some waiting for peers
+    // that stopped.
+    std::vector<uint8_t> mapped(static_cast<size_t>(size_));
+    mapped[static_cast<size_t>(rank_)] = problem.empty() ? 1 : 0;
+    comm_->bootstrap().allGather(mapped.data(), 1);
+    for (int p = 0; p < size_; ++p) {
+      if (mapped[static_cast<size_t>(p)] == 0) {
+        throw Error(ErrorCode::kNotSupported,
+                    "CollectiveComm: " +
+                        (problem.empty() ? "rank " + std::to_string(p) + " cannot map a peer's scratch" : problem) +
+                        "; collectives need every rank's memory mapped by every other (one host)");
+      }
+    }
     for (int p = 0; p < size_; ++p) {
       PeerSlot& slot = slots[static_cast<size_t>(p)];
       slot = PeerSlot{};
@@ -1060,12 +1080,7 @@ class CollectiveCommImpl {
         slot.pairFlags = pairFlagsOf(slot.scratch);
         continue;
       }
-      RegisteredMemory remote = comm_->recvMemory(p, kScratchTag);
-      if (remote.data() == nullptr) {
-        throw Error(ErrorCode::kNotSupported, "CollectiveComm: rank " + std::to_string(rank_) + " cannot map rank " +
-                                                  std::to_string(p) + "'s scratch (transport " +
-                                                  comm_->transportFor(p, kScratchKind) + " has no load/store path)");
-      }
+      const RegisteredMemory& remote = remoteScratch_[static_cast<size_t>(p)];
       if (remote.size() != scratchAllocBytes()) {
         throw Error(ErrorCode::kInvalidArgument, "CollectiveComm: rank " + std::to_string(p) + "'s scratch is " +
                                                      std::to_string(remote.size()) + " bytes, this rank's is " +
@@ -1079,7 +1094,6 @@ class CollectiveCommImpl {
       slot.pairFlags = pairFlagsOf(slot.scratch);
       slot.sem = sem->deviceHandle(waitOptions);
       semaphores_.push_back(std::move(sem));
-      remoteScratch_[static_cast<size_t>(p)] = std::move(remote);
     }
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
     checkGpu(hipMalloc(&peersDevice_, sizeof(PeerSlot) * slots.size()), "hipMalloc of the collective peer table");

@@ -191,6 +191,7 @@ ncclResult_t submit(ncclComm_t comm, Operation o) {
       reason = "reduction op " + std::to_string(static_cast<int>(*o.redOp)) + " (PreMulSum) lives in the fallback";
     }
   }
+  if (reason.empty() && !s->collectives) reason = s->nativeUnavailable;
   if (reason.empty() && s->settings.forced(o.op)) {
     reason = str(ncclOpName(o.op)) + " is forced to the fallback ([nccl] force_fallback / WEFT_NCCL_FORCE_FALLBACK)";
   }
@@ -452,7 +453,9 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommShrink)(ncclComm_t comm, int*
 WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommFinalize)(ncclComm_t comm) {
   return guard("ncclCommFinalize", [&] {
     std::shared_ptr<NcclCommState> s = acquire(comm, "ncclCommFinalize");
-    ncclResult_t r = runNative(*s, "ncclCommFinalize", [&] { s->collectives->checkError(); });
+    ncclResult_t r = runNative(*s, "ncclCommFinalize", [&] {
+      if (s->collectives) s->collectives->checkError();
+    });
     if (r == ncclSuccess && s->fallbackComm != nullptr && s->fallback->api().commFinalize != nullptr) {
       r = s->fallback->api().commFinalize(s->fallbackComm);
       if (r != ncclSuccess) recordError(s.get(), r, "ncclCommFinalize of the fallback communicator failed");
@@ -537,7 +540,9 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommGetAsyncError)(ncclComm_t com
     }
     ncclResult_t r = static_cast<ncclResult_t>(s->asyncError.load());
     if (r == ncclSuccess && !s->aborted) {
-      ncclResult_t engine = runNative(*s, "ncclCommGetAsyncError", [&] { s->collectives->checkError(); });
+      ncclResult_t engine = runNative(*s, "ncclCommGetAsyncError", [&] {
+        if (s->collectives) s->collectives->checkError();
+      });
       if (engine != ncclSuccess) r = engine;
     }
     if (r == ncclSuccess && s->fallbackComm != nullptr && s->fallback->api().commGetAsyncError != nullptr) {

@@ -51,7 +51,12 @@ std::shared_ptr<NcclCommState> createCommState(const NcclInitRequest& request) {
   auto bootstrap = std::make_shared<TcpBootstrap>(request.rank, request.size, request.id, s->config.bootstrapTimeout);
   s->bootstrap = bootstrap;
   s->communicator = std::make_shared<Communicator>(bootstrap, s->config);
-  s->collectives = std::make_unique<CollectiveComm>(s->communicator);
+  try {
+    s->collectives = std::make_unique<CollectiveComm>(s->communicator);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kNotSupported) throw;
+    s->nativeUnavailable = e.what();
+  }
   if (!s->settings.fallbackLibrary.empty()) {
     s->fallback = FallbackLibrary::open(s->settings.fallbackLibrary);
     const FallbackApi& fb = s->fallback->api();
@@ -74,6 +79,11 @@ std::shared_ptr<NcclCommState> createCommState(const NcclInitRequest& request) {
   }
   logInfo(LogSubsys::kColl, "nccl comm rank {} of {} on device {} ready ({})", s->rank, s->size, s->device,
           s->fallback ? "fallback " + s->fallback->path() : std::string("no fallback"));
+  if (!s->nativeUnavailable.empty()) {
+    logWarn(LogSubsys::kColl, "nccl comm rank {} of {}: nothing runs natively, every call {}: {}", s->rank, s->size,
+            s->fallback ? "goes to the fallback" : "fails with ncclInvalidUsage (no fallback library)",
+            s->nativeUnavailable);
+  }
   return s;
 }
 

@@ -30,9 +30,10 @@ struct NcclCommState {
   NcclSettings settings;
   std::shared_ptr<Bootstrap> bootstrap;
   std::shared_ptr<Communicator> communicator;
-  std::unique_ptr<CollectiveComm> collectives;
-  std::shared_ptr<FallbackLibrary> fallback;  ///< null without a fallback library
-  ncclComm_t fallbackComm = nullptr;          ///< the fallback library's communicator of the same ranks
+  std::unique_ptr<CollectiveComm> collectives;  ///< null when the ranks cannot run natively (nativeUnavailable)
+  std::string nativeUnavailable;                ///< why nothing runs natively on this communicator ("" when it does)
+  std::shared_ptr<FallbackLibrary> fallback;    ///< null without a fallback library
+  ncclComm_t fallbackComm = nullptr;            ///< the fallback library's communicator of the same ranks
   std::atomic<bool> aborted{false};
   std::atomic<bool> finalized{false};
   std::atomic<int> asyncError{ncclSuccess};
@@ -56,7 +57,10 @@ struct NcclInitRequest {
 };
 
 /// Joins the job of `request` on its device: bootstrap, Communicator, CollectiveComm and, when a fallback library is
-/// configured, the fallback's communicator (its unique id broadcast from rank 0 over weft's bootstrap). Throws Error.
+/// configured, the fallback's communicator (its unique id broadcast from rank 0 over weft's bootstrap). Ranks the
+/// engine cannot serve (CollectiveComm refuses them alike on every rank: not all on one host, or a config that
+/// picks a transport without load/store) get no engine: every call goes to the fallback, or fails with
+/// ncclInvalidUsage and the reason. Throws Error.
 std::shared_ptr<NcclCommState> createCommState(const NcclInitRequest& request);
 
 }  // namespace weft::detail

@@ -898,8 +898,9 @@ void zeroCopyAllReduce(int size) {
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersTwoRanks) { zeroCopyAllReduce(2); }
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersThreeRanks) { zeroCopyAllReduce(3); }
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersFourRanks) { zeroCopyAllReduce(4); }
-// Five ranks: past kDirectWriteRanks, the allreduce reduces into its own recv and copies the other shares.
 TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersFiveRanks) { zeroCopyAllReduce(5); }
+// Nine ranks: past kDirectWriteRanks, the allreduce reduces into its own recv and copies the other shares.
+TEST(CollectivesMpTest, ZeroCopyAllReduceAndReduceScatterOnRegisteredBuffersNineRanks) { zeroCopyAllReduce(9); }
 
 // Every collective with a zero-copy path, on buffers inside a registration at offsets that differ by rank (the
 // whole matrix of everyCollective): results match the reference and zeroCopyCalls counts every call that should

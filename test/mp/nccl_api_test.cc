@@ -2,6 +2,7 @@
 // with verified data, grouped send/recv, split, nonblocking and grouped init, InitAll, abort, and the errors
 // (bad arguments, forced fallback without a fallback library, ourselves as the fallback).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <weft/nccl.h>
 
 #include <chrono>
@@ -291,6 +292,41 @@ TEST(NcclApiTest, BadArgumentsAndForcedFallbackWithoutLibrary) {
     NCCL_OK(ncclMemFree(mem));
     NCCL_OK(ncclCommDestroy(comm));
     unsetenv("WEFT_NCCL_FORCE_FALLBACK");
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// Ranks on two hosts (WEFT_HOST_ID; libfabric tcp between them): the engine cannot map a peer's memory, which every
+// rank learns alike at init. Init still succeeds; with no fallback library every call then returns
+// ncclInvalidUsage naming why, on every rank, and nothing waits for a peer that stopped.
+TEST(NcclApiTest, RanksOnTwoHostsWithoutFallbackRefuseEveryCallNamingWhy) {
+  struct stat st {};
+  const std::string plugin = std::string(WEFT_PLUGIN_BUILD_DIR) + "/libweft-transport-libfabric.so";
+  if (stat(plugin.c_str(), &st) != 0) GTEST_SKIP() << "the libfabric transport plugin is not built (" << plugin << ")";
+  ncclUniqueId id = makeId();
+  auto results = weft::test::runRanks(3, [&](int rank, int n) {
+    ASSERT_EQ(setenv("WEFT_TRANSPORTS_OTHER_HOST", "libfabric", 1), 0);
+    ASSERT_EQ(setenv("WEFT_TRANSPORT_LIBFABRIC_PROVIDER", "tcp", 1), 0);
+    if (rank == 2) ASSERT_EQ(setenv("WEFT_HOST_ID", "another-host", 1), 0);
+    ncclComm_t comm = init(rank, n, id);
+    ASSERT_NE(comm, nullptr);
+    float a[4] = {1, 2, 3, 4}, b[12] = {};
+    EXPECT_EQ(ncclAllReduce(a, b, 4, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
+    const std::string why = ncclGetLastError(comm);
+    EXPECT_NE(why.find("cannot map"), std::string::npos) << why;
+    EXPECT_NE(why.find("no fallback library"), std::string::npos) << why;
+    EXPECT_EQ(ncclAllGather(a, b, 4, ncclFloat, comm, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclBroadcast(a, b, 4, ncclFloat, 0, comm, nullptr), ncclInvalidUsage);
+    NCCL_OK(ncclGroupStart());
+    EXPECT_EQ(ncclSend(a, 4, ncclFloat, (rank + 1) % n, comm, nullptr), ncclInvalidUsage);
+    EXPECT_EQ(ncclRecv(b, 4, ncclFloat, (rank + n - 1) % n, comm, nullptr), ncclInvalidUsage);
+    NCCL_OK(ncclGroupEnd());
+    for (float v : b) EXPECT_EQ(v, 0.0f) << "a refused call wrote the output";
+    ncclResult_t async = ncclInternalError;
+    NCCL_OK(ncclCommGetAsyncError(comm, &async));
+    EXPECT_EQ(async, ncclSuccess);
+    NCCL_OK(ncclCommFinalize(comm));
+    NCCL_OK(ncclCommDestroy(comm));
   });
   WEFT_EXPECT_RANKS_OK(results);
 }
