@@ -409,17 +409,7 @@ class CollectiveCommImpl {
                   "allocSharedHostMemory)";
       }
     }
-    // Every rank learns whether every rank mapped every buffer, so all fail alike or none does.
-    std::vector<uint8_t> ok(static_cast<size_t>(size_));
-    ok[static_cast<size_t>(rank_)] = problem.empty() ? 1 : 0;
-    comm_->bootstrap().allGather(ok.data(), 1);
-    for (int p = 0; p < size_; ++p) {
-      if (ok[static_cast<size_t>(p)] == 0) {
-        throw Error(ErrorCode::kNotSupported,
-                    "registerBuffer: " +
-                        (problem.empty() ? "rank " + std::to_string(p) + " could not map a peer's buffer" : problem));
-      }
-    }
+    everyRankMapped(problem, "registerBuffer: ", "a peer's buffer", "");
     g.base = static_cast<const uint8_t*>(buffer);
     g.bytes = bytes;
     for (int p = 0; p < size_; ++p) {
@@ -1040,6 +1030,22 @@ class CollectiveCommImpl {
     localScratch_ = comm_->registerMemory(scratch_.get(), scratchAllocBytes(), kScratchKind);
   }
 
+  // Every rank learns whether every rank mapped what its peers shared (`problem` is this rank's failure, "" when
+  // none), so that all throw kNotSupported alike or none does.
+  void everyRankMapped(const std::string& problem, const std::string& prefix, const std::string& what,
+                       const std::string& suffix) {
+    std::vector<uint8_t> ok(static_cast<size_t>(size_));
+    ok[static_cast<size_t>(rank_)] = problem.empty() ? 1 : 0;
+    comm_->bootstrap().allGather(ok.data(), 1);
+    for (int p = 0; p < size_; ++p) {
+      if (ok[static_cast<size_t>(p)] == 0) {
+        throw Error(
+            ErrorCode::kNotSupported,
+            prefix + (problem.empty() ? "rank " + std::to_string(p) + " cannot map " + what : problem) + suffix);
+      }
+    }
+  }
+
   void connectPeers() {
     for (int p = 0; p < size_; ++p) {
       if (p != rank_) comm_->sendMemory(localScratch_, p, kScratchTag);
@@ -1058,20 +1064,10 @@ class CollectiveCommImpl {
                   comm_->transportFor(p, kScratchKind) + " has no load/store path)";
       }
     }
-    // Every rank learns whether every rank mapped every peer before anyone connects, so that all stop alike (a
-    // communicator spanning hosts, one whose config picks a network transport) instead of some waiting for peers
-    // that stopped.
-    std::vector<uint8_t> mapped(static_cast<size_t>(size_));
-    mapped[static_cast<size_t>(rank_)] = problem.empty() ? 1 : 0;
-    comm_->bootstrap().allGather(mapped.data(), 1);
-    for (int p = 0; p < size_; ++p) {
-      if (mapped[static_cast<size_t>(p)] == 0) {
-        throw Error(ErrorCode::kNotSupported,
-                    "CollectiveComm: " +
-                        (problem.empty() ? "rank " + std::to_string(p) + " cannot map a peer's scratch" : problem) +
-                        "; collectives need every rank's memory mapped by every other (one host)");
-      }
-    }
+    // Decided before anyone connects, so that all stop alike (a communicator spanning hosts, or one whose config
+    // picks a network transport) instead of some waiting for peers that stopped.
+    everyRankMapped(problem, "CollectiveComm: ", "a peer's scratch",
+                    "; collectives need every rank's memory mapped by every other (one host)");
     for (int p = 0; p < size_; ++p) {
       PeerSlot& slot = slots[static_cast<size_t>(p)];
       slot = PeerSlot{};
