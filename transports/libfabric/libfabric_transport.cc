@@ -428,7 +428,9 @@ std::string offeredProviders() {
 
 /// fi_getinfo for RDM endpoints with RMA and atomics, as `provider`/`domain` (empty: any) ask. nullptr when none.
 /// `cqData` asks for 8 bytes of remote CQ data (the signals' carrier): a provider may enable it only when asked.
-fi_info* query(const std::string& provider, const std::string& domain, bool hmem, bool deliveryComplete, bool cqData) {
+/// `order`: message order to ask for on both sides (0: none; providers report what they give by default).
+fi_info* query(const std::string& provider, const std::string& domain, bool hmem, bool deliveryComplete, bool cqData,
+               uint64_t order = 0) {
   fi_info* hints = fi_allocinfo();
   if (hints == nullptr) throw std::bad_alloc();
   hints->ep_attr->type = FI_EP_RDM;
@@ -439,6 +441,8 @@ fi_info* query(const std::string& provider, const std::string& domain, bool hmem
   hints->domain_attr->threading = FI_THREAD_SAFE;
   if (cqData) hints->domain_attr->cq_data_size = sizeof(uint64_t);
   if (deliveryComplete) hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  hints->tx_attr->msg_order = order;
+  hints->rx_attr->msg_order = order;
   if (!provider.empty()) hints->fabric_attr->prov_name = strdup(provider.c_str());
   if (!domain.empty()) hints->domain_attr->name = strdup(domain.c_str());
   fi_info* list = nullptr;
@@ -881,7 +885,10 @@ bool deliversWritesInOrder(const fi_info* fi) {
   const uint64_t waw = FI_ORDER_WAW | FI_ORDER_RMA_WAW;
   if ((fi->tx_attr->msg_order & waw) == 0 || (fi->rx_attr->msg_order & waw) == 0) return false;
   if (fi->rx_attr->comp_order & FI_ORDER_DATA) return true;
-  return providerOf(fi) == "tcp;ofi_rxm";
+  // shm processes one peer's commands in order from one queue and places a write's bytes before it reports the
+  // write's CQ data (its completion order is FI_ORDER_STRICT, without FI_ORDER_DATA).
+  const std::string prov = providerOf(fi);
+  return prov == "tcp;ofi_rxm" || prov == "shm";
 }
 
 void chooseSignalPath(FabricState* s, SignalChoice choice) {
@@ -1098,13 +1105,27 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     } listFree{lists};
     const fi_info* chosen = nullptr;
     // Most wanted first: FI_HMEM, then delivery complete, then 8 bytes of remote CQ data.
+    bool hmem = false, delivery = false, cqData = false;
     for (int attempt = 0; attempt < 8 && chosen == nullptr; ++attempt) {
-      const bool hmem = attempt < 4, delivery = (attempt & 2) == 0, cqData = (attempt & 1) == 0;
+      hmem = attempt < 4, delivery = (attempt & 2) == 0, cqData = (attempt & 1) == 0;
       if (hmem && WEFT_BUILD_GPU_NONE) continue;
       fi_info* list = query(provider, domain, hmem, delivery, cqData);
       if (list == nullptr) continue;
       lists.push_back(list);
       chosen = best(list, domain);
+    }
+    // In-order RMA lets signals ride behind their writes and flush read instead of acknowledging every write
+    // (deliversWritesInOrder, flushByRead). shm (1.17) reports only send-after-send order unless asked, and then grants
+    // it; with delivery complete instead it kept one write in flight per endpoint, and two processes writing to each
+    // other on busy cores fell to a few hundred operations a second (docs/libfabric.md). So ask the chosen provider.
+    constexpr uint64_t kRmaOrder = FI_ORDER_RMA_WAW | FI_ORDER_RMA_RAW;
+    if (chosen != nullptr && ((chosen->tx_attr->msg_order & kRmaOrder) != kRmaOrder ||
+                              (chosen->rx_attr->msg_order & kRmaOrder) != kRmaOrder)) {
+      const std::string chosenDomain = chosen->domain_attr->name != nullptr ? chosen->domain_attr->name : "";
+      if (fi_info* list = query(providerOf(chosen), chosenDomain, hmem, delivery, cqData, kRmaOrder)) {
+        lists.push_back(list);
+        if (const fi_info* ordered = best(list, chosenDomain)) chosen = ordered;
+      }
     }
     if (chosen == nullptr) {
       std::string what = provider.empty() ? "no provider" : "provider '" + provider + "'";
