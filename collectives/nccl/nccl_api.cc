@@ -453,9 +453,7 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommShrink)(ncclComm_t comm, int*
 WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommFinalize)(ncclComm_t comm) {
   return guard("ncclCommFinalize", [&] {
     std::shared_ptr<NcclCommState> s = acquire(comm, "ncclCommFinalize");
-    ncclResult_t r = runNative(*s, "ncclCommFinalize", [&] {
-      if (s->collectives) s->collectives->checkError();
-    });
+    ncclResult_t r = checkEngine(*s, "ncclCommFinalize");
     if (r == ncclSuccess && s->fallbackComm != nullptr && s->fallback->api().commFinalize != nullptr) {
       r = s->fallback->api().commFinalize(s->fallbackComm);
       if (r != ncclSuccess) recordError(s.get(), r, "ncclCommFinalize of the fallback communicator failed");
@@ -540,9 +538,7 @@ WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommGetAsyncError)(ncclComm_t com
     }
     ncclResult_t r = static_cast<ncclResult_t>(s->asyncError.load());
     if (r == ncclSuccess && !s->aborted) {
-      ncclResult_t engine = runNative(*s, "ncclCommGetAsyncError", [&] {
-        if (s->collectives) s->collectives->checkError();
-      });
+      ncclResult_t engine = checkEngine(*s, "ncclCommGetAsyncError");
       if (engine != ncclSuccess) r = engine;
     }
     if (r == ncclSuccess && s->fallbackComm != nullptr && s->fallback->api().commGetAsyncError != nullptr) {

@@ -140,6 +140,12 @@ ncclResult_t runNative(NcclCommState& s, const std::string& what, const std::fun
   return result;
 }
 
+ncclResult_t checkEngine(NcclCommState& s, const std::string& what) {
+  return runNative(s, what, [&] {
+    if (s.collectives) s.collectives->checkError();
+  });
+}
+
 ncclResult_t runTasks(std::vector<NcclTask>& tasks) {
   ncclResult_t first = ncclSuccess;
   auto note = [&](ncclResult_t r) {

@@ -112,6 +112,10 @@ ncclResult_t runTasks(std::vector<NcclTask>& tasks);
 /// gives ncclInvalidUsage without calling `fn`.
 ncclResult_t runNative(NcclCommState& state, const std::string& what, const std::function<void()>& fn);
 
+/// The engine's recorded failure (a wait that ran out, a peer gone) as a result, through runNative; ncclSuccess where
+/// the communicator has no engine (it runs on the fallback library).
+ncclResult_t checkEngine(NcclCommState& state, const std::string& what);
+
 /// Records `message` as the last error of `state` (may be null) and of this thread, and logs it at warn.
 void recordError(NcclCommState* state, ncclResult_t result, const std::string& message);
 /// This thread's last error message ("" when none).

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +19,7 @@
 
 #include "fifo_kernels.hpp"
 #include "multi_process.hpp"
+#include "transport_plugins.hpp"
 
 namespace weft::test {
 namespace {
@@ -58,7 +58,7 @@ Config fabricTcpConfig() {
   return c;
 }
 
-bool libfabricPluginBuilt() { return std::filesystem::exists(WEFT_PLUGIN_BUILD_DIR "/libweft-transport-libfabric.so"); }
+bool libfabricPluginBuilt() { return transportPluginBuilt("libfabric"); }
 
 constexpr uint64_t kPortBytes = (64 << 10) + 5;  // odd: the copy engine sees unaligned sizes
 constexpr int kPortRounds = 20;

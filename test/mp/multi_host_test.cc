@@ -10,7 +10,6 @@
 // The libfabric tests skip while libweft-transport-libfabric.so is not built.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +25,7 @@
 
 #include "multi_process.hpp"
 #include "network_namespaces.hpp"
+#include "transport_plugins.hpp"
 
 namespace weft {
 namespace {
@@ -35,12 +35,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 constexpr uint64_t kMs = 1'000'000;
 
-const std::string kLibfabricPlugin = std::string(WEFT_PLUGIN_BUILD_DIR) + "/libweft-transport-libfabric.so";
+const std::string kLibfabricPlugin = test::transportPluginPath("libfabric");
 
-bool libfabricPluginBuilt() {
-  struct stat st {};
-  return stat(kLibfabricPlugin.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
+bool libfabricPluginBuilt() { return test::transportPluginBuilt("libfabric"); }
 
 #define WEFT_REQUIRE_LIBFABRIC_PLUGIN()                                                      \
   do {                                                                                       \

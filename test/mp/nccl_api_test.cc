@@ -2,7 +2,6 @@
 // with verified data, grouped send/recv, split, nonblocking and grouped init, InitAll, abort, and the errors
 // (bad arguments, forced fallback without a fallback library, ourselves as the fallback).
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 #include <weft/nccl.h>
 
 #include <chrono>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "multi_process.hpp"
+#include "transport_plugins.hpp"
 
 namespace {
 
@@ -300,9 +300,10 @@ TEST(NcclApiTest, BadArgumentsAndForcedFallbackWithoutLibrary) {
 // rank learns alike at init. Init still succeeds; with no fallback library every call then returns
 // ncclInvalidUsage naming why, on every rank, and nothing waits for a peer that stopped.
 TEST(NcclApiTest, RanksOnTwoHostsWithoutFallbackRefuseEveryCallNamingWhy) {
-  struct stat st {};
-  const std::string plugin = std::string(WEFT_PLUGIN_BUILD_DIR) + "/libweft-transport-libfabric.so";
-  if (stat(plugin.c_str(), &st) != 0) GTEST_SKIP() << "the libfabric transport plugin is not built (" << plugin << ")";
+  if (!weft::test::transportPluginBuilt("libfabric")) {
+    GTEST_SKIP() << "the libfabric transport plugin is not built (" << weft::test::transportPluginPath("libfabric")
+                 << ")";
+  }
   ncclUniqueId id = makeId();
   auto results = weft::test::runRanks(3, [&](int rank, int n) {
     ASSERT_EQ(setenv("WEFT_TRANSPORTS_OTHER_HOST", "libfabric", 1), 0);

@@ -15,6 +15,7 @@
 
 #include "json_lines.hpp"
 #include "shell.hpp"
+#include "transport_plugins.hpp"
 
 namespace {
 
@@ -31,7 +32,7 @@ class PrimitivesLibfabricBench : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (!exists(kBin + "/weft-bench")) GTEST_SKIP() << "weft-bench not built (WEFT_BUILD_BENCH=OFF)";
-    if (!exists(kBin + "/../lib/weft/libweft-transport-libfabric.so")) {
+    if (!weft::test::transportPluginBuilt("libfabric")) {
       GTEST_SKIP() << "the libfabric transport is not built (CMake found no libfabric)";
     }
     if (runShell("fi_info -p " + GetParam() + " -t FI_EP_RDM >/dev/null").status != 0 && exists("/usr/bin/fi_info")) {
