@@ -58,8 +58,6 @@ Config fabricTcpConfig() {
   return c;
 }
 
-bool libfabricPluginBuilt() { return transportPluginBuilt("libfabric"); }
-
 constexpr uint64_t kPortBytes = (64 << 10) + 5;  // odd: the copy engine sees unaligned sizes
 constexpr int kPortRounds = 20;
 
@@ -208,7 +206,8 @@ TEST(PortChannelGpu, SmallRequestsThroughTheProxyWhenTheDirectPathIsOff) {
 // its GPU counter was registered as a staged source the peer could not import).
 TEST(PortChannelGpu, EveryMethodOverLibfabricTcpBetweenTwoProcesses) {
   if (!gpuPresentWithoutInit()) GTEST_SKIP() << "no GPU on this machine: mp_libfabric_transport_test covers the host";
-  if (!libfabricPluginBuilt()) GTEST_SKIP() << "the libfabric plugin was not built (no libfabric at build time)";
+  if (!transportPluginBuilt("libfabric"))
+    GTEST_SKIP() << "the libfabric plugin was not built (no libfabric at build time)";
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = runRanks(
       2, [&](int rank, int n) { portExerciseRank(rank, n, id, fabricTcpConfig()); }, std::chrono::seconds(120));

@@ -35,15 +35,11 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 constexpr uint64_t kMs = 1'000'000;
 
-const std::string kLibfabricPlugin = test::transportPluginPath("libfabric");
-
-bool libfabricPluginBuilt() { return test::transportPluginBuilt("libfabric"); }
-
-#define WEFT_REQUIRE_LIBFABRIC_PLUGIN()                                                      \
-  do {                                                                                       \
-    if (!libfabricPluginBuilt())                                                             \
-      GTEST_SKIP() << "the libfabric transport plugin is not built (no " << kLibfabricPlugin \
-                   << "): cross-host transport tests need it";                               \
+#define WEFT_REQUIRE_LIBFABRIC_PLUGIN()                                                                            \
+  do {                                                                                                             \
+    if (!test::transportPluginBuilt("libfabric"))                                                                  \
+      GTEST_SKIP() << "the libfabric transport plugin is not built (no " << test::transportPluginPath("libfabric") \
+                   << "): cross-host transport tests need it";                                                     \
   } while (0)
 
 int64_t nowNs() {
@@ -322,7 +318,7 @@ TEST(MultiHostTransportTest, HostTransportInsideAHostLibfabricTcpAcross) {
 TEST(MultiHostTransportTest, NoOtherHostTransportFailsFastNamingWhatWasTried) {
   test::VirtualHosts hosts(2);
   WEFT_REQUIRE_VIRTUAL_HOSTS(hosts);
-  const std::vector<std::string> tried = libfabricPluginBuilt()
+  const std::vector<std::string> tried = test::transportPluginBuilt("libfabric")
                                              ? std::vector<std::string>{"weft_absent_one", "weft_absent_two"}
                                              : std::vector<std::string>{"ibverbs", "libfabric"};
   const UniqueId id = idOnHost(hosts, 0);
