@@ -74,6 +74,10 @@ struct CollectiveContext {
   uint64_t* offerRounds;
   int32_t rank;
   int32_t size;
+  /// 1 when every rank of the communicator runs on this rank's GPU (GPU builds): the ranks' flags then need only
+  /// device-scope release and acquire (syncRelease, syncWait), which do not reach out over the bus to the host.
+  uint32_t oneGpu;
+  uint32_t reserved;
 };
 
 /// Most registrations (CollectiveComm::registerBuffer) one communicator holds at once: table slots
@@ -172,6 +176,26 @@ struct TeamAborted {};
 #endif
 }
 
+/// A release store of `value` into a flag another rank polls with syncWait: at device scope when every rank runs on
+/// this GPU (ctx.oneGpu), at system scope otherwise.
+WEFT_HOST_DEVICE_INLINE void syncRelease(const CollectiveContext& ctx, uint64_t* flag, uint64_t value) {
+  if (ctx.oneGpu != 0) {
+    atomicStore<MemoryOrder::kRelease, Scope::kDevice>(flag, value);
+  } else {
+    atomicStore<MemoryOrder::kRelease>(flag, value);
+  }
+}
+
+/// Polls `flag` with acquire loads (at syncRelease's scope) until it reaches `target`; reports a timeout at `site`.
+WEFT_HOST_DEVICE_INLINE void syncWait(const CollectiveContext& ctx, const uint64_t* flag, uint64_t target,
+                                      const WaitSite& site) {
+  if (ctx.oneGpu != 0) {
+    waitAtLeast<MemoryOrder::kAcquire, Scope::kDevice>(flag, target, ctx.budgetNs, site, WaitOp::kBarrier);
+  } else {
+    waitAtLeast(flag, target, ctx.budgetNs, site, WaitOp::kBarrier);
+  }
+}
+
 /// Grid barrier, called by one thread per block after a block barrier. Its wait has twice the semaphores' budget:
 /// while block 0 waits for a peer the other blocks wait here, and the peer wait must be the one that runs out
 /// first and is recorded (it names the peer).
@@ -253,7 +277,7 @@ WEFT_HOST_DEVICE_INLINE void pairSync(const TeamT& team, const CollectiveContext
   const uint64_t row = static_cast<uint64_t>(team.blockId) * static_cast<uint64_t>(ctx.size);
   for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
     if (p != ctx.rank && active(p)) {
-      atomicStore<MemoryOrder::kRelease>(&ctx.peers[p].pairFlags[row + static_cast<uint64_t>(ctx.rank)], round);
+      syncRelease(ctx, &ctx.peers[p].pairFlags[row + static_cast<uint64_t>(ctx.rank)], round);
     }
   }
   // Acquire polls, not relaxed polls and one acquire fence: a system-scope fence cost about 0.8 us per sync on an
@@ -262,7 +286,7 @@ WEFT_HOST_DEVICE_INLINE void pairSync(const TeamT& team, const CollectiveContext
   for (int32_t p = static_cast<int32_t>(team.threadId); p < ctx.size; p += static_cast<int32_t>(team.numThreads)) {
     if (p == ctx.rank || !active(p)) continue;
     const uint64_t* flag = &ctx.pairFlags[row + static_cast<uint64_t>(p)];
-    waitAtLeast(flag, round, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, p, kind}, WaitOp::kBarrier);
+    syncWait(ctx, flag, round, WaitSite{ctx.record, ctx.rank, p, kind});
   }
   team.blockSync();
 }
@@ -526,7 +550,7 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
       to->recvReg = a.offer.recvReg;
       to->sendOffset = a.offer.sendOffset;
       to->recvOffset = a.offer.recvOffset;
-      atomicStore<MemoryOrder::kRelease>(&to->round, round);
+      syncRelease(ctx, &to->round, round);
     }
   }
   // Every rank's offer is checked, this rank's own included (against its own entries), so that every rank weighs
@@ -537,7 +561,7 @@ WEFT_HOST_DEVICE bool exchangeOffers(const TeamT& team, const CollectiveArgs& a)
     const ZeroCopyOffer* o = &a.offer;
     if (p != ctx.rank) {
       o = &offerOf(a, p);
-      waitAtLeast(&o->round, round, ctx.budgetNs, WaitSite{ctx.record, ctx.rank, p, a.kind}, WaitOp::kBarrier);
+      syncWait(ctx, &o->round, round, WaitSite{ctx.record, ctx.rank, p, a.kind});
     }
     const uint32_t needs = zeroCopyNeeds(a, p);
     if (((needs & kZeroCopySend) != 0 && mappedRegistration(ctx, p, o->sendReg, o->sendOffset) == nullptr) ||

@@ -1132,6 +1132,9 @@ class CollectiveCommImpl {
     context_.record = errors_.deviceRecord();
     context_.rank = rank_;
     context_.size = size_;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+    context_.oneGpu = ranksOnGpu_ == static_cast<uint32_t>(size_) ? 1u : 0u;
+#endif
     allocatePackets();
     if (autoRegister_) {
       autoRegistrations_ =

@@ -122,26 +122,26 @@ WEFT_HOST_DEVICE_NOINLINE void reportWaitTimeout(const WaitSite& site, WaitOp op
 #endif
 }
 
-/// Spins until `*word >= target` (loads with `Order`) or `budgetNs` runs out; `seen` ends as the last value
-/// loaded. True when the target was reached. The one spin every counter wait below is built on.
-template <MemoryOrder Order = MemoryOrder::kAcquire, class T>
+/// Spins until `*word >= target` (loads with `Order` at scope `S`) or `budgetNs` runs out; `seen` ends as the
+/// last value loaded. True when the target was reached. The one spin every counter wait below is built on.
+template <MemoryOrder Order = MemoryOrder::kAcquire, Scope S = Scope::kSystem, class T>
 WEFT_HOST_DEVICE_INLINE bool spinUntilAtLeast(const T* word, T target, uint64_t budgetNs, T& seen) {
-  seen = atomicLoad<Order>(word);
+  seen = atomicLoad<Order, S>(word);
   if (seen >= target) return true;
   return spinWaitUntil(
       [&] {
-        seen = atomicLoad<Order>(word);
+        seen = atomicLoad<Order, S>(word);
         return seen >= target;
       },
       WaitBudget{budgetNs});
 }
 
-/// Spins until `*word >= target` (acquire loads unless `Order` is kRelaxed) or `budgetNs` runs out; then reports
-/// the timeout. Returns the value seen.
-template <MemoryOrder Order = MemoryOrder::kAcquire, class T>
+/// Spins until `*word >= target` (acquire loads unless `Order` is kRelaxed, at scope `S`) or `budgetNs` runs out;
+/// then reports the timeout. Returns the value seen.
+template <MemoryOrder Order = MemoryOrder::kAcquire, Scope S = Scope::kSystem, class T>
 WEFT_HOST_DEVICE_INLINE T waitAtLeast(const T* word, T target, uint64_t budgetNs, const WaitSite& site, WaitOp op) {
   T seen{};
-  if (!spinUntilAtLeast<Order>(word, target, budgetNs, seen)) {
+  if (!spinUntilAtLeast<Order, S>(word, target, budgetNs, seen)) {
     reportWaitTimeout(site, op, static_cast<uint64_t>(target), static_cast<uint64_t>(seen), budgetNs);
   }
   return seen;
