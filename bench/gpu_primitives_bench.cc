@@ -281,11 +281,21 @@ class GpuPair {
     const int warmup = std::max(options.warmup, 100);
     launchSemaphorePingPong(put_.semaphore, raw_, first_, warmup, iters, times_, stream_.get());
     finish("semaphore ping-pong kernel");
-    rawFloorRan(static_cast<uint64_t>(warmup) + iters);
+    const bool deviceScope = put_.semaphore.deviceScope != 0;
+    rawFloorRan((deviceScope ? 2 : 1) * (static_cast<uint64_t>(warmup) + iters));
     const PingPongTimes t = times();
     row.weft = static_cast<double>(t.weftNs) / 1e3 / iters / 2;
     row.floor = static_cast<double>(t.rawNs) / 1e3 / iters / 2;
+    if (deviceScope) row.benchmark = "gpu semaphore ping-pong, device scope (floor: raw flag, system scope)";
     rows.push_back(row);
+    // Both ranks on one GPU: the semaphore signals and waits at device scope, so the same raw flag at device scope
+    // is the floor of like with like.
+    if (deviceScope) {
+      BenchRow same{"gpu semaphore ping-pong, device scope (floor: raw flag, device scope)", "us", 0, iters};
+      same.weft = row.weft;
+      same.floor = static_cast<double>(t.rawDeviceScopeNs) / 1e3 / iters / 2;
+      rows.push_back(same);
+    }
   }
 
   void packetRows(const BenchOptions& options, PacketFormat format, std::vector<BenchRow>& rows) {

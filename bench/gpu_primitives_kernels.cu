@@ -10,19 +10,20 @@ namespace {
 
 constexpr uint64_t kRawBudgetNs = 30'000'000'000ull;
 
-// The raw floor's signal: count up in the peer's word with one release store; wait with acquire loads.
+// The raw floor's signal: count up in the peer's word with one release store; wait with acquire loads (at scope S).
+template <Scope S = Scope::kSystem>
 struct RawFlag {
   RawPeer peer;
   uint64_t sent = peer.base;
   uint64_t seenCount = peer.base;
-  WEFT_DEVICE_INLINE void signal() { atomicStore<MemoryOrder::kRelease, Scope::kSystem>(peer.theirs, ++sent); }
+  WEFT_DEVICE_INLINE void signal() { atomicStore<MemoryOrder::kRelease, S>(peer.theirs, ++sent); }
   WEFT_DEVICE_INLINE void wait() {
     const uint64_t want = ++seenCount;
     // Bounded like every wait in weft: a dead peer ends the benchmark with a trap, never a hang.
     uint64_t seen = 0;
     if (!spinWaitUntil(
             [&] {
-              seen = atomicLoad<MemoryOrder::kAcquire, Scope::kSystem>(peer.mine);
+              seen = atomicLoad<MemoryOrder::kAcquire, S>(peer.mine);
               return seen >= want;
             },
             WaitBudget{kRawBudgetNs})) {
@@ -48,13 +49,23 @@ WEFT_GLOBAL void semaphorePingPongKernel(MemoryDevice2DeviceSemaphoreDeviceHandl
   const uint64_t t0 = clockNanoseconds();
   rounds(sem, iters);
   const uint64_t t1 = clockNanoseconds();
-  RawFlag flag{raw};
+  RawFlag<> flag{raw};
   rounds(flag, warmup);
   const uint64_t t2 = clockNanoseconds();
   rounds(flag, iters);
   const uint64_t t3 = clockNanoseconds();
   out->weftNs = t1 - t0;
   out->rawNs = t3 - t2;
+  out->rawDeviceScopeNs = 0;
+  if (sem.deviceScope != 0) {  // the floor at the semaphore's own scope too, on the same words
+    RawPeer next = raw;
+    next.base = flag.sent;
+    RawFlag<Scope::kDevice> deviceFlag{next};
+    rounds(deviceFlag, warmup);
+    const uint64_t t4 = clockNanoseconds();
+    rounds(deviceFlag, iters);
+    out->rawDeviceScopeNs = clockNanoseconds() - t4;
+  }
 }
 
 // Launched with up to 1024 threads: the bound keeps the register count within what such a block may use.
@@ -77,7 +88,7 @@ WEFT_GLOBAL void __launch_bounds__(1024)
       }
     }
   };
-  RawFlag rawFlag{raw};
+  RawFlag<> rawFlag{raw};
   auto send = [&] {
     copyCooperative(raw.landing, ch.local, bytes, tid, n);
     __syncthreads();
@@ -136,7 +147,7 @@ WEFT_GLOBAL void portPingPongKernel(PortChannelDeviceHandle ch, uint64_t bytes, 
   out->weftNs = t1 - t0;
   out->rawNs = 0;
   if (!floor) return;
-  RawFlag flag{raw};
+  RawFlag<> flag{raw};
   auto send = [&] {
     copyByOneThread(raw.landing, src, bytes);  // the copy the direct path does
     flag.signal();

@@ -14,6 +14,7 @@ namespace weft::bench {
 struct PingPongTimes {
   uint64_t weftNs;
   uint64_t rawNs;
+  uint64_t rawDeviceScopeNs;  ///< the semaphore row's second floor (device scope), when the semaphore uses it; else 0
 };
 
 /// The raw floor's words: this rank's flag, the peer's flag (mapped peer GPU memory), for data floors the peer's

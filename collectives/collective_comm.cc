@@ -926,14 +926,7 @@ class CollectiveCommImpl {
   // Which ranks share this rank's GPU (same host, same PCI bus id; host builds: same host, whose memory they share),
   // and the most on any one GPU: an allGather every rank makes, so the latter is the same on every rank.
   void resolvePlacement() {
-    uint64_t key = comm_->peers()[static_cast<size_t>(rank_)].hostHash;
-#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
-    int device = 0;
-    char bus[64] = {};
-    checkGpu(hipGetDevice(&device), "hipGetDevice");
-    checkGpu(hipDeviceGetPCIBusId(bus, sizeof(bus), device), "hipDeviceGetPCIBusId");
-    key ^= std::hash<std::string>{}(bus)*0x9e3779b97f4a7c15ull;
-#endif
+    const uint64_t key = comm_->gpuPlacementKey();
     std::vector<uint64_t> keys(static_cast<size_t>(size_));
     keys[static_cast<size_t>(rank_)] = key;
     comm_->bootstrap().allGather(keys.data(), sizeof(uint64_t));

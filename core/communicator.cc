@@ -117,6 +117,20 @@ Bootstrap& Communicator::bootstrap() const { return *impl_->bootstrap; }
 const Config& Communicator::config() const { return impl_->config; }
 const std::vector<PeerInfo>& Communicator::peers() const { return impl_->peers; }
 
+uint64_t Communicator::gpuPlacementKey() const {
+  uint64_t key = impl_->peers[static_cast<size_t>(rank())].hostHash;
+#if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
+  if (gpuDeviceCount() > 0) {
+    int device = 0;
+    char bus[64] = {};
+    checkGpu(hipGetDevice(&device), "hipGetDevice");
+    checkGpu(hipDeviceGetPCIBusId(bus, sizeof(bus), device), "hipDeviceGetPCIBusId");
+    key ^= fnv1a(bus) * 0x9e3779b97f4a7c15ull;
+  }
+#endif
+  return key;
+}
+
 PeerClass Communicator::peerClass(int peer) const {
   impl_->checkPeer(peer);
   return impl_->classOf(peer);

@@ -53,6 +53,15 @@ MemoryDevice2DeviceSemaphore::MemoryDevice2DeviceSemaphore(Communicator& comm, s
                     ": the peer's counter is not an 8-byte word of the same memory kind (both sides must choose the "
                     "same MemoryKind)");
   }
+  // Both counters on one GPU: device-scope signals and waits suffice (the handle's deviceScope). Both ranks
+  // exchange where they run, so both pick the same scope.
+  if (kind_ == MemoryKind::kGpu) {
+    const uint64_t mine = comm.gpuPlacementKey();
+    uint64_t theirs = 0;
+    comm.bootstrap().send(&mine, sizeof(mine), peer_, tag);
+    comm.bootstrap().recv(&theirs, sizeof(theirs), peer_, tag);
+    sameGpu_ = mine == theirs;
+  }
 }
 
 MemoryDevice2DeviceSemaphore::DeviceHandle MemoryDevice2DeviceSemaphore::deviceHandle(
@@ -63,6 +72,7 @@ MemoryDevice2DeviceSemaphore::DeviceHandle MemoryDevice2DeviceSemaphore::deviceH
   h.expected = static_cast<uint64_t*>(expectedStorage_.get());
   h.budgetNs = options.budgetNs != 0 ? options.budgetNs : defaultWaitBudgetNs();
   h.site = WaitSite{options.record, rank_, peer_, options.channel};
+  h.deviceScope = sameGpu_ ? 1u : 0u;
   return h;
 }
 

@@ -47,6 +47,10 @@ class Communicator {
   /// Every rank's host and pid.
   const std::vector<PeerInfo>& peers() const;
 
+  /// Names the GPU this rank runs on, the current device when called (its host and PCI bus id; host builds and
+  /// machines without a GPU: the host alone). Two ranks with the same key share one GPU, or one host's memory.
+  uint64_t gpuPlacementKey() const;
+
   /// How this rank reaches `peer`: same process, same host or another host.
   PeerClass peerClass(int peer) const;
 

@@ -148,17 +148,17 @@ WEFT_HOST_DEVICE_INLINE T waitAtLeast(const T* word, T target, uint64_t budgetNs
 }
 
 /// Consumes the next signal of a counter: waits until `*word >= *consumed + 1` (acquire loads unless `Order` is
-/// kRelaxed) and advances `*consumed`. The advance is stored before the wait, not after it: a release the waiter
-/// makes next (its answer in a ping-pong) then finds the store long done, where a store made just before would hold
-/// it back by a memory round trip. A timeout puts the count back before it reports, so a caught host timeout
+/// kRelaxed, at scope `S`) and advances `*consumed`. The advance is stored before the wait, not after it: a release the
+/// waiter makes next (its answer in a ping-pong) then finds the store long done, where a store made just before would
+/// hold it back by a memory round trip. A timeout puts the count back before it reports, so a caught host timeout
 /// leaves the signal still to be consumed.
-template <MemoryOrder Order = MemoryOrder::kAcquire>
+template <MemoryOrder Order = MemoryOrder::kAcquire, Scope S = Scope::kSystem>
 WEFT_HOST_DEVICE_INLINE void consumeNextSignal(const uint64_t* word, uint64_t* consumed, uint64_t budgetNs,
                                                const WaitSite& site, WaitOp op) {
   const uint64_t target = *consumed + 1;
   *consumed = target;
   uint64_t seen = 0;
-  if (spinUntilAtLeast<Order>(word, target, budgetNs, seen)) return;
+  if (spinUntilAtLeast<Order, S>(word, target, budgetNs, seen)) return;
   *consumed = target - 1;
   reportWaitTimeout(site, op, target, seen, budgetNs);
 }

@@ -57,7 +57,8 @@ struct MemoryChannelDeviceHandle {
     return reinterpret_cast<const T*>(remote)[index];
   }
 
-  /// Signals the peer (release, system scope): see MemoryDevice2DeviceSemaphoreDeviceHandle::signal.
+  /// Signals the peer (release; device scope when the peer shares this GPU, else system scope): see
+  /// MemoryDevice2DeviceSemaphoreDeviceHandle::signal.
   WEFT_HOST_DEVICE_INLINE void signal() const { semaphore.signal(); }
   /// Signals the peer with relaxed order.
   WEFT_HOST_DEVICE_INLINE void relaxedSignal() const { semaphore.relaxedSignal(); }

@@ -48,6 +48,9 @@ class MemoryDevice2DeviceSemaphore {
   /// Where the counters live.
   MemoryKind kind() const { return kind_; }
 
+  /// True when the peer runs on this rank's GPU (GPU counters only): handles then signal and wait at device scope.
+  bool sameGpu() const { return sameGpu_; }
+
   /// The connection the semaphore was made for.
   const std::shared_ptr<Connection>& connection() const { return connection_; }
 
@@ -60,6 +63,7 @@ class MemoryDevice2DeviceSemaphore {
   MemoryKind kind_ = MemoryKind::kHost;
   int rank_ = -1;
   int peer_ = -1;
+  bool sameGpu_ = false;
 };
 
 }  // namespace weft

@@ -27,12 +27,22 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   uint64_t* expected;       ///< signals consumed by wait()/poll() on this side
   uint64_t budgetNs;        ///< budget of every wait
   WaitSite site;            ///< who waits: rank, peer, channel, and where a timeout is recorded
+  /// 1 when the peer runs on this rank's GPU (both counters in its memory): signals and waits then order memory
+  /// at device scope, which covers every thread of both ranks and does not reach out over the bus (a system-scope
+  /// release or acquire does). 0: system scope.
+  uint32_t deviceScope;
+  uint32_t reserved;
 
-  /// Adds 1 to the peer's counter with release order at system scope: every write this thread made (and every
-  /// write it has observed) before the call is visible to the peer once its wait sees the new value.
-  /// To publish writes made by several threads, synchronise them (e.g. a block barrier) before one signals.
+  /// Adds 1 to the peer's counter with release order (system scope, or device scope when deviceScope): every write
+  /// this thread made (and every write it has observed) before the call is visible to the peer once its wait sees
+  /// the new value. To publish writes made by several threads, synchronise them (e.g. a block barrier) before one
+  /// signals.
   WEFT_HOST_DEVICE_INLINE void signal() const {
-    atomicFetchAdd<MemoryOrder::kRelease, Scope::kSystem>(remoteInbound, uint64_t{1});
+    if (deviceScope != 0) {
+      atomicFetchAdd<MemoryOrder::kRelease, Scope::kDevice>(remoteInbound, uint64_t{1});
+    } else {
+      atomicFetchAdd<MemoryOrder::kRelease, Scope::kSystem>(remoteInbound, uint64_t{1});
+    }
   }
 
   /// Adds 1 to the peer's counter with relaxed order: no earlier write is ordered before it. Pair it with an
@@ -51,7 +61,9 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// Consumes one signal if one has arrived: an acquire load; on success the peer's writes before that signal
   /// are visible and `expected` advances by one. Single waiter (see the struct comment).
   WEFT_HOST_DEVICE_INLINE bool poll() const {
-    if (atomicLoad<MemoryOrder::kAcquire>(inbound) > *expected) {
+    const uint64_t seen = deviceScope != 0 ? atomicLoad<MemoryOrder::kAcquire, Scope::kDevice>(inbound)
+                                           : atomicLoad<MemoryOrder::kAcquire>(inbound);
+    if (seen > *expected) {
       *expected += 1;
       return true;
     }
@@ -62,7 +74,12 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// are visible to this thread. Single waiter. When the budget runs out, reports WaitOp::kSemaphoreWait with
   /// the expected and seen counts (device: trap; host: throws Error(kTimeout)).
   WEFT_HOST_DEVICE_INLINE void wait() const {
-    consumeNextSignal(inbound, expected, budgetNs, site, WaitOp::kSemaphoreWait);
+    if (deviceScope != 0) {
+      consumeNextSignal<MemoryOrder::kAcquire, Scope::kDevice>(inbound, expected, budgetNs, site,
+                                                               WaitOp::kSemaphoreWait);
+    } else {
+      consumeNextSignal(inbound, expected, budgetNs, site, WaitOp::kSemaphoreWait);
+    }
   }
 
   /// wait() with relaxed loads: the signal is consumed but the peer's writes are not ordered before this
@@ -74,7 +91,11 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// Waits until the inbound counter reaches `target` (acquire loads) without touching `expected`: any number
   /// of threads may wait this way at once, each with its own target. Same timeout behaviour as wait().
   WEFT_HOST_DEVICE_INLINE void waitFor(uint64_t target) const {
-    waitAtLeast(inbound, target, budgetNs, site, WaitOp::kSemaphoreWait);
+    if (deviceScope != 0) {
+      waitAtLeast<MemoryOrder::kAcquire, Scope::kDevice>(inbound, target, budgetNs, site, WaitOp::kSemaphoreWait);
+    } else {
+      waitAtLeast(inbound, target, budgetNs, site, WaitOp::kSemaphoreWait);
+    }
   }
 
   /// waitFor() with relaxed loads.

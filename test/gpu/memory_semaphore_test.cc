@@ -56,6 +56,9 @@ void pingPongRank(int rank, int size, const UniqueId& id) {
   const int role = rank & 1;
   MemoryDevice2DeviceSemaphore sem(comm, comm.connect(peer, 1), 2, MemoryKind::kGpu);
   ASSERT_EQ(sem.kind(), MemoryKind::kGpu);
+  // Every rank of these tests runs on GPU 0: the semaphore signals and waits at device scope.
+  EXPECT_TRUE(sem.sameGpu());
+  EXPECT_EQ(sem.deviceHandle().deviceScope, 1u);
   DeviceErrorBlock errors;
   Stream stream;
   constexpr int kRounds = 1000;
