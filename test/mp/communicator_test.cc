@@ -7,7 +7,9 @@
 #include <thread>
 #include <weft/communicator.hpp>
 #include <weft/error.hpp>
+#include <weft/gpu.hpp>
 #include <weft/host_semaphore.hpp>
+#include <weft/memory_semaphore.hpp>
 #include <weft/shared_host_memory.hpp>
 
 #include "multi_process.hpp"
@@ -203,6 +205,30 @@ TEST(CommunicatorTest, TransportMismatchIsNamed) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kPluginError);
       EXPECT_NE(std::string(e.what()).find("other_host"), std::string::npos) << e.what();
+    }
+    comm.bootstrap().barrier();
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// Ranks of one host share a placement key in host builds (no GPU: the host's memory is the one device), and a rank
+// that believes it is elsewhere does not; a memory semaphore on host memory never takes the device-scope path.
+TEST(CommunicatorTest, GpuPlacementKeyNamesTheHostWithoutAGpu) {
+  if (kGpuPlatform != GpuPlatform::kNone) GTEST_SKIP() << "GPU build: the key also names the GPU (gpu tests)";
+  UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
+  auto results = test::runRanks(3, [&](int rank, int n) {
+    if (rank == 2) setenv("WEFT_HOST_ID", "elsewhere", 1);
+    Communicator comm(join(rank, n, id), hostOnlyConfig());
+    std::vector<uint64_t> keys(3);
+    keys[static_cast<size_t>(rank)] = comm.gpuPlacementKey();
+    comm.bootstrap().allGather(keys.data(), sizeof(uint64_t));
+    EXPECT_EQ(keys[0], keys[1]);
+    EXPECT_NE(keys[0], keys[2]);
+    EXPECT_EQ(keys[static_cast<size_t>(rank)], comm.gpuPlacementKey()) << "the key changed between calls";
+    if (rank < 2) {
+      MemoryDevice2DeviceSemaphore sem(comm, comm.connect(1 - rank, 1), 2, MemoryKind::kHost);
+      EXPECT_FALSE(sem.sameGpu());
+      EXPECT_EQ(sem.deviceHandle().deviceScope, 0u);
     }
     comm.bootstrap().barrier();
   });
