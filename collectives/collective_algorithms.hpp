@@ -203,7 +203,7 @@ WEFT_HOST_DEVICE_INLINE void syncWait(const CollectiveContext& ctx, const uint64
 /// Device scope: every party is a block of this grid on this GPU. The arrival is acq_rel and the waiters poll with
 /// relaxed loads and take one acquire fence once the generation moved (system-scope acquire polls from every block
 /// cost microseconds per barrier). Stores a block made before the barrier, to this GPU's memory or to mapped peer
-/// memory, happen before everything every block does after it; block 0's system-scope signal that follows in
+/// memory, happen before everything every block does after it; block 0's signal that follows in
 /// rankSync carries them on to the peers (causality order is transitive across the scopes).
 WEFT_HOST_DEVICE_INLINE void gridBarrierOneThread(const CollectiveContext& ctx, uint32_t numBlocks, int32_t kind) {
   if (numBlocks == 1) return;
