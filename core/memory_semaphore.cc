@@ -54,14 +54,12 @@ MemoryDevice2DeviceSemaphore::MemoryDevice2DeviceSemaphore(Communicator& comm, s
                     "same MemoryKind)");
   }
   // Both counters on one GPU: device-scope signals and waits suffice (the handle's deviceScope). Both ranks
-  // exchange where they run, so both pick the same scope.
-  if (kind_ == MemoryKind::kGpu) {
-    const uint64_t mine = comm.gpuPlacementKey();
-    uint64_t theirs = 0;
-    comm.bootstrap().send(&mine, sizeof(mine), peer_, tag);
-    comm.bootstrap().recv(&theirs, sizeof(theirs), peer_, tag);
-    sameGpu_ = mine == theirs;
-  }
+  // exchange where they run (whatever the kind, so that both make the same calls), so both pick the same scope.
+  const uint64_t mine = comm.gpuPlacementKey();
+  uint64_t theirs = 0;
+  comm.bootstrap().send(&mine, sizeof(mine), peer_, tag);
+  comm.bootstrap().recv(&theirs, sizeof(theirs), peer_, tag);
+  sameGpu_ = kind_ == MemoryKind::kGpu && mine == theirs;
 }
 
 MemoryDevice2DeviceSemaphore::DeviceHandle MemoryDevice2DeviceSemaphore::deviceHandle(
