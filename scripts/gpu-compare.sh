@@ -13,12 +13,7 @@ set -uo pipefail
 build=${1:?usage: gpu-compare.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-gpu-compare}}
 mkdir -p "$out"
-build=$(cd "$build" && pwd)
-src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-bin=$(sed -n 's/^weft_BINARY_DIR:STATIC=//p' "$build/CMakeCache.txt")
-if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
-if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
-export WEFT_PLUGIN_PATH="$build/lib/weft"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-build-here.sh"
 run=$build/bin/weft-run
 bench=$build/bin/weft-bench
 rounds=${ROUNDS:-2}

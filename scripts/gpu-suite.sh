@@ -7,13 +7,7 @@ set -uo pipefail
 build=${1:?usage: gpu-suite.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-gpu-results}}
 mkdir -p "$out"
-build=$(cd "$build" && pwd)
-# The build tree has absolute paths baked in (test binaries, the plugin directory): make them resolve here.
-src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-bin=$(sed -n 's/^weft_BINARY_DIR:STATIC=//p' "$build/CMakeCache.txt")
-if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
-if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
-export WEFT_PLUGIN_PATH="$build/lib/weft"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-build-here.sh"
 failed=0
 steps=" ${SUITE_STEPS:-tests host sanitize bench gpubench fabricbench nccl} "
 want() { [[ "$steps" == *" $1 "* ]]; }

@@ -1,0 +1,9 @@
+# Sourced by the GPU scripts with `build` set to a build tree made on another machine: the tree has absolute paths
+# baked in (test binaries, CTest files, the plugin directory), so link them to where the tree and the sources are
+# here, and point weft at the tree's plugins.
+build=$(cd "$build" && pwd)
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+bin=$(sed -n 's/^weft_BINARY_DIR:STATIC=//p' "$build/CMakeCache.txt")
+if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+if [ "$bin" != "$build" ] && [ ! -e "$bin" ]; then mkdir -p "$(dirname "$bin")" && ln -s "$build" "$bin"; fi
+export WEFT_PLUGIN_PATH="$build/lib/weft"
