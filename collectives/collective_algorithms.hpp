@@ -179,21 +179,16 @@ struct TeamAborted {};
 /// A release store of `value` into a flag another rank polls with syncWait: at device scope when every rank runs on
 /// this GPU (ctx.oneGpu), at system scope otherwise.
 WEFT_HOST_DEVICE_INLINE void syncRelease(const CollectiveContext& ctx, uint64_t* flag, uint64_t value) {
-  if (ctx.oneGpu != 0) {
-    atomicStore<MemoryOrder::kRelease, Scope::kDevice>(flag, value);
-  } else {
-    atomicStore<MemoryOrder::kRelease>(flag, value);
-  }
+  withScope(ctx.oneGpu != 0,
+            [&](auto scope) { atomicStore<MemoryOrder::kRelease, decltype(scope)::value>(flag, value); });
 }
 
 /// Polls `flag` with acquire loads (at syncRelease's scope) until it reaches `target`; reports a timeout at `site`.
 WEFT_HOST_DEVICE_INLINE void syncWait(const CollectiveContext& ctx, const uint64_t* flag, uint64_t target,
                                       const WaitSite& site) {
-  if (ctx.oneGpu != 0) {
-    waitAtLeast<MemoryOrder::kAcquire, Scope::kDevice>(flag, target, ctx.budgetNs, site, WaitOp::kBarrier);
-  } else {
-    waitAtLeast(flag, target, ctx.budgetNs, site, WaitOp::kBarrier);
-  }
+  withScope(ctx.oneGpu != 0, [&](auto scope) {
+    waitAtLeast<MemoryOrder::kAcquire, decltype(scope)::value>(flag, target, ctx.budgetNs, site, WaitOp::kBarrier);
+  });
 }
 
 /// Grid barrier, called by one thread per block after a block barrier. Its wait has twice the semaphores' budget:

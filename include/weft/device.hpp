@@ -25,6 +25,21 @@ enum class MemoryOrder { kRelaxed, kAcquire, kRelease, kAcqRel, kSeqCst };
 /// (other GPUs and the CPU, through mapped memory).
 enum class Scope { kBlock, kDevice, kSystem };
 
+/// A scope as a type, for the generic lambdas that withScope calls.
+template <Scope S>
+struct ScopeTag {
+  static constexpr Scope value = S;
+};
+
+/// Calls `f(ScopeTag<Scope::kDevice>{})` when `deviceScope`, otherwise `f(ScopeTag<Scope::kSystem>{})`, and returns
+/// what it returns: for state that learns only at run time whether every party runs on one GPU, written once with
+/// `decltype(tag)::value` as the scope of its atomics instead of once per scope.
+template <class F>
+WEFT_HOST_DEVICE_INLINE decltype(auto) withScope(bool deviceScope, F&& f) {
+  if (deviceScope) return f(ScopeTag<Scope::kDevice>{});
+  return f(ScopeTag<Scope::kSystem>{});
+}
+
 namespace detail {
 
 #if defined(WEFT_DEVICE_COMPILE) && defined(WEFT_COMPILER_CUDA)

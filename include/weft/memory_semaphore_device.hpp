@@ -38,11 +38,9 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// the new value. To publish writes made by several threads, synchronise them (e.g. a block barrier) before one
   /// signals.
   WEFT_HOST_DEVICE_INLINE void signal() const {
-    if (deviceScope != 0) {
-      atomicFetchAdd<MemoryOrder::kRelease, Scope::kDevice>(remoteInbound, uint64_t{1});
-    } else {
-      atomicFetchAdd<MemoryOrder::kRelease, Scope::kSystem>(remoteInbound, uint64_t{1});
-    }
+    withScope(deviceScope != 0, [&](auto scope) {
+      atomicFetchAdd<MemoryOrder::kRelease, decltype(scope)::value>(remoteInbound, uint64_t{1});
+    });
   }
 
   /// Adds 1 to the peer's counter with relaxed order: no earlier write is ordered before it. Pair it with an
@@ -61,8 +59,9 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// Consumes one signal if one has arrived: an acquire load; on success the peer's writes before that signal
   /// are visible and `expected` advances by one. Single waiter (see the struct comment).
   WEFT_HOST_DEVICE_INLINE bool poll() const {
-    const uint64_t seen = deviceScope != 0 ? atomicLoad<MemoryOrder::kAcquire, Scope::kDevice>(inbound)
-                                           : atomicLoad<MemoryOrder::kAcquire>(inbound);
+    const uint64_t seen = withScope(deviceScope != 0, [&](auto scope) {
+      return atomicLoad<MemoryOrder::kAcquire, decltype(scope)::value>(inbound);
+    });
     if (seen > *expected) {
       *expected += 1;
       return true;
@@ -74,12 +73,10 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// are visible to this thread. Single waiter. When the budget runs out, reports WaitOp::kSemaphoreWait with
   /// the expected and seen counts (device: trap; host: throws Error(kTimeout)).
   WEFT_HOST_DEVICE_INLINE void wait() const {
-    if (deviceScope != 0) {
-      consumeNextSignal<MemoryOrder::kAcquire, Scope::kDevice>(inbound, expected, budgetNs, site,
-                                                               WaitOp::kSemaphoreWait);
-    } else {
-      consumeNextSignal(inbound, expected, budgetNs, site, WaitOp::kSemaphoreWait);
-    }
+    withScope(deviceScope != 0, [&](auto scope) {
+      consumeNextSignal<MemoryOrder::kAcquire, decltype(scope)::value>(inbound, expected, budgetNs, site,
+                                                                       WaitOp::kSemaphoreWait);
+    });
   }
 
   /// wait() with relaxed loads: the signal is consumed but the peer's writes are not ordered before this
@@ -91,11 +88,10 @@ struct MemoryDevice2DeviceSemaphoreDeviceHandle {
   /// Waits until the inbound counter reaches `target` (acquire loads) without touching `expected`: any number
   /// of threads may wait this way at once, each with its own target. Same timeout behaviour as wait().
   WEFT_HOST_DEVICE_INLINE void waitFor(uint64_t target) const {
-    if (deviceScope != 0) {
-      waitAtLeast<MemoryOrder::kAcquire, Scope::kDevice>(inbound, target, budgetNs, site, WaitOp::kSemaphoreWait);
-    } else {
-      waitAtLeast(inbound, target, budgetNs, site, WaitOp::kSemaphoreWait);
-    }
+    withScope(deviceScope != 0, [&](auto scope) {
+      waitAtLeast<MemoryOrder::kAcquire, decltype(scope)::value>(inbound, target, budgetNs, site,
+                                                                 WaitOp::kSemaphoreWait);
+    });
   }
 
   /// waitFor() with relaxed loads.

@@ -78,6 +78,15 @@ TEST(DeviceAtomicsHost, SpinWaitSeesFlagSetByAnotherThread) {
   EXPECT_EQ(w.returned, 1u);
 }
 
+TEST(DeviceAtomicsHost, WithScopeRunsTheFormOfTheScopeAskedFor) {
+  const auto scopeOf = [](auto tag) { return decltype(tag)::value; };
+  EXPECT_EQ(withScope(true, scopeOf), Scope::kDevice);
+  EXPECT_EQ(withScope(false, scopeOf), Scope::kSystem);
+  uint64_t flag = 0;
+  withScope(false, [&](auto tag) { atomicStore<MemoryOrder::kRelease, decltype(tag)::value>(&flag, uint64_t{7}); });
+  EXPECT_EQ(atomicLoad<MemoryOrder::kAcquire>(&flag), 7u);
+}
+
 // --- GPU kernels -----------------------------------------------------------------------------------
 
 #if WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP
