@@ -523,6 +523,8 @@ WEFT_NCCL_EXPORT const char* WEFT_NCCL_FN(ncclGetLastError)(ncclComm_t comm) {
   return threadLastError().c_str();
 }
 
+WEFT_NCCL_EXPORT void WEFT_NCCL_FN(ncclResetDebugInit)() { weft::reloadLogSettings(); }
+
 WEFT_NCCL_EXPORT ncclResult_t WEFT_NCCL_FN(ncclCommGetAsyncError)(ncclComm_t comm, ncclResult_t* asyncError) {
   return guard("ncclCommGetAsyncError", [&] {
     check(asyncError != nullptr, ErrorCode::kInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
@@ -921,6 +923,7 @@ WEFT_NCCL_ALIAS(pncclCommAbort, ncclCommAbort)
 WEFT_NCCL_ALIAS(pncclCommRevoke, ncclCommRevoke)
 WEFT_NCCL_ALIAS(pncclGetErrorString, ncclGetErrorString)
 WEFT_NCCL_ALIAS(pncclGetLastError, ncclGetLastError)
+WEFT_NCCL_ALIAS(pncclResetDebugInit, ncclResetDebugInit)
 WEFT_NCCL_ALIAS(pncclCommGetAsyncError, ncclCommGetAsyncError)
 WEFT_NCCL_ALIAS(pncclCommCount, ncclCommCount)
 WEFT_NCCL_ALIAS(pncclCommCuDevice, ncclCommCuDevice)

@@ -248,6 +248,11 @@ const char* WEFT_NCCL_FN(pncclGetErrorString)(ncclResult_t result);
 const char* WEFT_NCCL_FN(ncclGetLastError)(ncclComm_t comm);
 const char* WEFT_NCCL_FN(pncclGetLastError)(ncclComm_t comm);
 
+/* Reads the log settings (WEFT_LOG_LEVEL, WEFT_LOG_SUBSYS) from the environment again. Deprecated in NVIDIA's
+   nccl.h, which still declares it, so programs built against that header may call it. */
+void WEFT_NCCL_FN(ncclResetDebugInit)(void);
+void WEFT_NCCL_FN(pncclResetDebugInit)(void);
+
 /* The error a communicator's asynchronous work left, or ncclInProgress while a nonblocking call runs. */
 ncclResult_t WEFT_NCCL_FN(ncclCommGetAsyncError)(ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t WEFT_NCCL_FN(pncclCommGetAsyncError)(ncclComm_t comm, ncclResult_t* asyncError);

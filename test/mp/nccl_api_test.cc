@@ -1,13 +1,16 @@
 // libweft_nccl through its C API (include/weft/nccl.h) with real forked ranks on host memory: every collective
 // with verified data, grouped send/recv, split, nonblocking and grouped init, InitAll, abort, and the errors
 // (bad arguments, forced fallback without a fallback library, ourselves as the fallback).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <weft/nccl.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -347,6 +350,29 @@ TEST(NcclApiTest, VersionAndErrorStrings) {
   EXPECT_EQ(pversion, version);
   EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);
   EXPECT_EQ(ncclCommAbort(nullptr), ncclSuccess);
+}
+
+// ncclResetDebugInit (deprecated in NVIDIA's nccl.h, still declared there) re-reads the log level from the
+// environment: a failure is logged only after WEFT_LOG_LEVEL changes from off to warn and the call is made.
+TEST(NcclApiTest, ResetDebugInitRereadsTheLogLevel) {
+  const std::string logPath = ::testing::TempDir() + "weft-reset-debug-init.log";
+  auto results = weft::test::runRanks(1, [&](int, int) {
+    ASSERT_EQ(setenv("WEFT_LOG_LEVEL", "off", 1), 0);
+    ncclResetDebugInit();
+    const int fd = ::open(logPath.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::dup2(fd, STDERR_FILENO), STDERR_FILENO);
+    EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);  // logged at warn: not shown while off
+    ASSERT_EQ(setenv("WEFT_LOG_LEVEL", "warn", 1), 0);
+    EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);  // still off: nothing re-read the variable
+    pncclResetDebugInit();
+    EXPECT_EQ(ncclCommCount(nullptr, nullptr), ncclInvalidArgument);
+  });
+  WEFT_EXPECT_RANKS_OK(results);
+  std::ifstream in(logPath);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(log.find("ncclGetVersion"), std::string::npos) << log;
+  EXPECT_NE(log.find("ncclCommCount"), std::string::npos) << log;
 }
 
 // Loading libweft_nccl as its own fallback is refused at init, with the reason.
