@@ -9,6 +9,9 @@
 # libweft.so.0 and libweft_collectives.so.0 of another tree is one more variant. Knobs: ROUNDS (default 2),
 # RANKS (default "2 4": the forced zero-copy rows), BARS_SIZES (weft-bench -b/-e/-f of the allreduce rows), GRAPH
 # (default "-G 10"; empty for eager calls, and for a WEFT_GPU=none build, where the script also runs).
+# FABRIC_PROVIDERS (e.g. "tcp shm"; default none) adds `weft-bench primitives` over libfabric (FABRIC_SIZES) for
+# the build's plugins and for every BUILD_DIR/plugin-variants/NAME/ (a full plugin folder, as lib/weft, with
+# some plugins built differently), alternately, in the same rounds.
 set -uo pipefail
 build=${1:?usage: gpu-compare.sh BUILD_DIR [OUT_DIR]}
 out=${2:-${OUT:-gpu-compare}}
@@ -48,6 +51,16 @@ for r in $(seq "$rounds"); do
     for n in ${RANKS:-2 4}; do
       step "zerocopy-$n-$v-$r" env LD_LIBRARY_PATH="$(libs "$v")" WEFT_ALLREDUCE_ALGO=scatter_gather "$run" -n "$n" \
         --timeout 120 -- "$bench" collectives -O allreduce -d float -b 1K -e 16M -f 16384 $graph -n 20 -w 20
+    done
+  done
+  for p in ${FABRIC_PROVIDERS:-}; do
+    for d in "$build/lib/weft" "$build"/plugin-variants/*/; do
+      [ -d "$d" ] || continue
+      name=$(basename "$d")
+      [ "$d" = "$build/lib/weft" ] && name=new
+      step "fabric-$p-$name-$r" env WEFT_PLUGIN_PATH="$d" WEFT_TRANSPORTS_SAME_HOST=libfabric \
+        WEFT_TRANSPORT_LIBFABRIC_PROVIDER="$p" "$run" -n 2 --timeout 120 -- "$bench" primitives \
+        ${FABRIC_SIZES:--b 8 -e 32K -f 8} --json "$out/fabric-$p-$name.jsonl"
     done
   done
 done
