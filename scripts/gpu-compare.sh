@@ -30,10 +30,7 @@ gpu=0
 command -v nvidia-smi >/dev/null && gpu=1
 if [ $gpu = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-  # Several ranks share the one GPU: without MPS their kernels time-slice (scripts/gpu-suite.sh).
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && echo "MPS started"
+  mps_start
 fi
 failed=0
 step() {  # step NAME COMMAND...: logs to $out/NAME.log and a line to $out/steps.txt
@@ -64,5 +61,5 @@ for r in $(seq "$rounds"); do
     done
   done
 done
-[ $gpu = 1 ] && echo quit | nvidia-cuda-mps-control
+[ $gpu = 1 ] && mps_stop
 exit $failed

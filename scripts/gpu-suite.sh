@@ -20,10 +20,7 @@ step() {  # step NAME COMMAND...: runs it, logs to $out/NAME.log, remembers a fa
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-# Several ranks share the one GPU: without MPS their kernels time-slice and cross-process spin-waits crawl.
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-nvidia-cuda-mps-control -d && echo "MPS started"
+mps_start
 
 want tests && step gpu-tests ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
 want host && step host-tests ctest --test-dir "$build" -LE gpu --output-on-failure --timeout 300 -j 4
@@ -71,5 +68,5 @@ if want nccl; then
       timeout 300 python3 -m torch.distributed.run --nproc_per_node 2 test/nccl/torch_allreduce.py "$out/torch-weft"
   fi
 fi
-echo quit | nvidia-cuda-mps-control
+mps_stop
 exit $failed
