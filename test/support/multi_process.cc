@@ -2,23 +2,75 @@
 
 #include <weft/build_config.hpp>
 
+#include <execinfo.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
 
 namespace weft::test {
+namespace {
+
+/// SIGUSR2 handler of a rank: writes the calling thread's stack to the rank's output. The parent sends it to every
+/// thread of a rank that ran out of time, so a hang says where each thread waited (symbols: exported names; the
+/// offsets of the rest resolve with addr2line against the same build).
+void writeThreadStack(int) {
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  char head[64];
+  const int len =
+      std::snprintf(head, sizeof(head), "--- stack of thread %ld:\n", static_cast<long>(syscall(SYS_gettid)));
+  (void)!write(2, head, static_cast<size_t>(len));
+  backtrace_symbols_fd(frames, n, 2);
+}
+
+void armStackDump() {
+  void* warm[1];
+  (void)backtrace(warm, 1);  // loads the unwinder now, not inside the handler
+  struct sigaction sa {};
+  sa.sa_handler = writeThreadStack;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, nullptr);
+}
+
+std::string readFirstLine(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+/// Asks every thread of `pid` for its stack (written to the rank's own output) and returns, per thread, its name and
+/// where the kernel has it waiting: threads that block SIGUSR2 still show up here.
+std::string dumpThreads(pid_t pid) {
+  std::ostringstream out;
+  std::error_code ec;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+    const std::string tid = task.path().filename().string();
+    out << "thread " << tid << " (" << readFirstLine(task.path() / "comm") << ") waits in "
+        << readFirstLine(task.path() / "wchan") << "\n";
+    (void)syscall(SYS_tgkill, pid, std::stoi(tid), SIGUSR2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return out.str();
+}
+
+}  // namespace
 
 std::vector<RankResult> runRanks(int size, const std::function<void(int, int)>& body,
                                  std::chrono::milliseconds deadline) {
@@ -39,6 +91,7 @@ std::vector<RankResult> runRanks(int size, const std::function<void(int, int)>& 
       dup2(fd, 2);
       close(fd);
       setvbuf(stdout, nullptr, _IONBF, 0);
+      armStackDump();
       int code = 0;
       try {
         body(r, size);
@@ -58,6 +111,7 @@ std::vector<RankResult> runRanks(int size, const std::function<void(int, int)>& 
     pids[r] = pid;
     results[r].rank = r;
   }
+  std::vector<std::string> threads(size);
   auto until = std::chrono::steady_clock::now() + deadline;
   int remaining = size;
   while (remaining > 0) {
@@ -76,6 +130,7 @@ std::vector<RankResult> runRanks(int size, const std::function<void(int, int)>& 
     if (std::chrono::steady_clock::now() > until) {
       for (int r = 0; r < size; ++r) {
         if (pids[r] < 0) continue;
+        threads[r] = dumpThreads(pids[r]);
         kill(pids[r], SIGKILL);
         waitpid(pids[r], nullptr, 0);
         results[r].timedOut = true;
@@ -90,6 +145,7 @@ std::vector<RankResult> runRanks(int size, const std::function<void(int, int)>& 
     std::stringstream ss;
     ss << in.rdbuf();
     results[r].output = ss.str();
+    if (!threads[r].empty()) results[r].output += "ran out of time; its threads:\n" + threads[r];
     unlink(logs[r].c_str());
     std::istringstream lines(results[r].output);
     for (std::string line; std::getline(lines, line);) std::cerr << "[rank " << r << "] " << line << "\n";

@@ -20,8 +20,9 @@ struct RankResult {
 
 /// Forks `size` processes; process i runs body(i, size) and exits 0 when the body returns without a
 /// GoogleTest failure or exception, 1 otherwise (the exception's text goes to its output). Ranks still
-/// running at the deadline are killed with SIGKILL and marked timedOut. Each rank's output is echoed with
-/// a "[rank i]" prefix once it has ended.
+/// running at the deadline first write every thread's stack to their output (SIGUSR2; the list of threads with
+/// their names and kernel wait channels follows it), then are killed with SIGKILL and marked timedOut. Each rank's
+/// output is echoed with a "[rank i]" prefix once it has ended.
 std::vector<RankResult> runRanks(int size, const std::function<void(int rank, int size)>& body,
                                  std::chrono::milliseconds deadline = std::chrono::seconds(60));
 

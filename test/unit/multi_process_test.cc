@@ -1,5 +1,6 @@
 // The fork harness itself: results and deadlines must be reported faithfully, or every mp test lies.
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +28,37 @@ TEST(MultiProcessTest, ReportsExitFailureSignalAndTimeout) {
   EXPECT_EQ(results[2].signal, SIGKILL);
   EXPECT_TRUE(results[3].timedOut);
   EXPECT_NE(describeFailures(results), "");
+}
+
+// A hang must say where it hung: every thread of a rank that runs out of time writes its stack before the kill.
+[[gnu::noinline]] void parkHereForever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+TEST(MultiProcessTest, ARankThatRunsOutOfTimeWritesEveryThreadsStack) {
+  auto results = runRanks(
+      1,
+      [](int, int) {
+        std::thread helper([] {
+          pthread_setname_np(pthread_self(), "weft-parked");
+          parkHereForever();
+        });
+        helper.detach();
+        parkHereForever();
+      },
+      std::chrono::milliseconds(1000));
+  ASSERT_TRUE(results[0].timedOut);
+  const std::string& out = results[0].output;
+  EXPECT_NE(out.find("ran out of time; its threads:"), std::string::npos) << out;
+  EXPECT_NE(out.find("(weft-parked) waits in"), std::string::npos) << out;
+  size_t stacks = 0;
+  for (size_t at = out.find("--- stack of thread"); at != std::string::npos;
+       at = out.find("--- stack of thread", at + 1)) {
+    ++stacks;
+  }
+  EXPECT_EQ(stacks, 2u) << out;
+  // Each stack is a real unwind: it holds frames of libc's sleep under the handler.
+  EXPECT_NE(out.find("libc.so"), std::string::npos) << out;
 }
 
 }  // namespace
