@@ -401,13 +401,8 @@ class CollectiveCommImpl {
     std::string problem;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
-      g.remote[static_cast<size_t>(p)] = comm_->recvMemory(p, tag);
-      if (g.remote[static_cast<size_t>(p)].data() == nullptr && problem.empty()) {
-        problem = "rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) + "'s buffer (transport " +
-                  comm_->transportFor(p, kScratchKind) +
-                  " has no load/store path; host memory must come from "
-                  "allocSharedHostMemory)";
-      }
+      g.remote[static_cast<size_t>(p)] =
+          recvMapped(p, tag, "buffer", "; host memory must come from allocSharedHostMemory", &problem);
     }
     everyRankMapped(problem, "registerBuffer: ", "a peer's buffer", "");
     g.base = static_cast<const uint8_t*>(buffer);
@@ -1023,6 +1018,25 @@ class CollectiveCommImpl {
     localScratch_ = comm_->registerMemory(scratch_.get(), scratchAllocBytes(), kScratchKind);
   }
 
+  // Receives rank p's memory sent under `tag`. Where this rank cannot load/store it (the transport has no such path,
+  // or cannot even import it: a network transport and GPU memory it cannot write into), records why in `problem`
+  // (the first failure only) and returns what it got, for everyRankMapped to decide on every rank alike.
+  RegisteredMemory recvMapped(int p, int tag, const char* what, const char* hint, std::string* problem) {
+    const std::string whose = "rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) + "'s " + what;
+    RegisteredMemory remote;
+    try {
+      remote = comm_->recvMemory(p, tag);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kNotSupported) throw;
+      if (problem->empty()) *problem = whose + " (" + e.what() + hint + ")";
+      return remote;
+    }
+    if (remote.data() == nullptr && problem->empty()) {
+      *problem = whose + " (transport " + comm_->transportFor(p, kScratchKind) + " has no load/store path" + hint + ")";
+    }
+    return remote;
+  }
+
   // Every rank learns whether every rank mapped what its peers shared (`problem` is this rank's failure, "" when
   // none), so that all throw kNotSupported alike or none does.
   void everyRankMapped(const std::string& problem, const std::string& prefix, const std::string& what,
@@ -1051,11 +1065,7 @@ class CollectiveCommImpl {
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       RegisteredMemory& remote = remoteScratch_[static_cast<size_t>(p)];
-      remote = comm_->recvMemory(p, kScratchTag);
-      if (remote.data() == nullptr && problem.empty()) {
-        problem = "rank " + std::to_string(rank_) + " cannot map rank " + std::to_string(p) + "'s scratch (transport " +
-                  comm_->transportFor(p, kScratchKind) + " has no load/store path)";
-      }
+      remote = recvMapped(p, kScratchTag, "scratch", "", &problem);
     }
     // Decided before anyone connects, so that all stop alike (a communicator spanning hosts, or one whose config
     // picks a network transport) instead of some waiting for peers that stopped.
