@@ -460,8 +460,8 @@ TEST_P(LibfabricTransportTest, AtomicAddsFromBothSidesFinishOnBusyCores) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       alarm(60);  // never outlives a crashed test
-      for (volatile uint64_t spin = 0;; spin = spin + 1) {
-      }
+      volatile uint64_t spin = 0;
+      for (;;) spin = spin + 1;
     }
     busy.push_back(pid);
   }
