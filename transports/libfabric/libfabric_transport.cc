@@ -280,6 +280,12 @@ struct FabricState {
   // Operations in flight on the endpoint, kept at most half the transmit queue: the provider then never answers
   // -FI_EAGAIN (shm 1.17 applies some atomics twice when it does under load).
   std::atomic<uint64_t> inFlight{0};
+  // Where the time of a slow run goes, logged at debug level when the state closes (see logProgressStats).
+  struct Stats {
+    std::atomic<uint64_t> posted{0}, again{0}, capped{0}, fused{0};
+    std::atomic<uint64_t> threadRounds{0}, threadHandled{0}, rests{0}, blocks{0}, blockedUs{0}, yields{0};
+    std::atomic<uint64_t> callerRounds{0}, callerHandled{0}, waitSteps{0};
+  } stats;
   uint64_t maxInFlight = 256;
 
   // Serializes every data-path libfabric call (posts and CQ reads): shm 1.17 crashes reading its CQ while other
@@ -305,7 +311,7 @@ struct FabricState {
 void logf(const FabricState* s, int32_t level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 void logf(const FabricState* s, int32_t level, const char* fmt, ...) {
   if (s == nullptr || s->services.log == nullptr) return;
-  char line[512];
+  char line[1024];
   va_list ap;
   va_start(ap, fmt);
   std::vsnprintf(line, sizeof(line), fmt, ap);
@@ -489,6 +495,8 @@ void complete(Op* op, const std::string* error) {
 /// Posts every held-back signal of `t` whose earlier writes have completed. Caller holds t->mutex.
 void drainLocked(Tracker* t);
 
+inline void count(std::atomic<uint64_t>& counter, uint64_t n = 1) { counter.fetch_add(n, std::memory_order_relaxed); }
+
 /// Applies a signal a peer carried as remote CQ data: adds its value to the word it names, with release order.
 /// The provider reports the write only once it has been processed at this target, and it was posted behind the
 /// writes it orders (see SignalPath): their bytes are in this process's memory before the add makes them visible to
@@ -609,7 +617,10 @@ void blockOnCq(FabricState* s, int timeoutMs, std::chrono::microseconds fallback
   }
   if (rc == FI_SUCCESS) {
     pollfd pfd{s->waitFd, POLLIN, 0};
+    const int64_t from = steadyNs();
     (void)::poll(&pfd, 1, timeoutMs);
+    count(s->stats.blocks);
+    count(s->stats.blockedUs, static_cast<uint64_t>((steadyNs() - from) / 1000));
   } else if (s->anyPending.load()) {
     std::this_thread::sleep_for(std::chrono::microseconds(20));  // the caller driving progress posts it
   }
@@ -626,7 +637,10 @@ void progressLoop(FabricState* s) {
   auto lastWork = Clock::now();
   uint32_t idle = 0;
   while (!s->stop.load(std::memory_order_relaxed)) {
-    if (progressOnce(s) > 0) {
+    const int handled = progressOnce(s);
+    count(s->stats.threadRounds);
+    if (handled > 0) {
+      count(s->stats.threadHandled, static_cast<uint64_t>(handled));
       idle = 0;
       lastWork = Clock::now();
       continue;
@@ -639,10 +653,12 @@ void progressLoop(FabricState* s) {
       // A caller drives progress (a proxy thread polling for triggers, a host waiter): sleep rather than take a core
       // from it or wake on the CQ's fd for every message it handles anyway; look again within the grace period.
       std::this_thread::sleep_for(std::chrono::microseconds(250));
+      count(s->stats.rests);
       continue;
     }
     const auto quiet = Clock::now() - lastWork;
     if (quiet < kSpin || s->anyPending.load()) {  // queued work (a held-back write, a full queue) is retried soon
+      count(s->stats.yields);
       std::this_thread::yield();
     } else {
       blockOnCq(s, 10, std::chrono::microseconds(quiet < kShortSleeps ? 20 : 200));
@@ -740,13 +756,17 @@ const char* opName(OpKind kind) {
 /// (then recorded in t->error).
 bool postLocked(Tracker* t, const QueuedOp& q) {
   FabricState* s = t->state;
-  if (s->inFlight.load(std::memory_order_relaxed) >= s->maxInFlight) return false;  // progress posts it later
+  if (s->inFlight.load(std::memory_order_relaxed) >= s->maxInFlight) {  // progress posts it later
+    count(s->stats.capped);
+    return false;
+  }
   const bool write = q.kind == OpKind::kWrite || q.kind == OpKind::kWriteData;
   Op* op = newOpLocked(t, q.seq, write);
   ssize_t rc = write                           ? postWrite(s, t, op, q)
                : q.kind == OpKind::kSignalData ? postSignalData(s, t, op, q)
                                                : postAtomic(s, t, op, q);
   if (rc == -FI_EAGAIN) {  // connection being set up, or the provider out of room: progress retries it
+    count(s->stats.again);
     dropOpLocked(t, op);
     return false;
   }
@@ -757,6 +777,7 @@ bool postLocked(Tracker* t, const QueuedOp& q) {
     return false;
   }
   s->inFlight.fetch_add(1, std::memory_order_relaxed);
+  count(s->stats.posted);
   return true;
 }
 
@@ -816,6 +837,7 @@ void enqueueLocked(Tracker* t, QueuedOp q, bool combinable = false) {
     if (q.kind == OpKind::kSignalData && canFuseLocked(t)) {
       QueuedOp& tail = t->queue.back();
       tail.kind = OpKind::kWriteData;  // keeps its sequence number; the signal's (q.seq) is never used
+      count(s->stats.fused);
       tail.value = q.value;
       drainLocked(t);
       return;
@@ -840,6 +862,7 @@ void enqueueLocked(Tracker* t, QueuedOp q, bool combinable = false) {
 /// progress thread, or while callers drive it and the thread rests (a proxy thread that flushes is the caller that
 /// would otherwise have read these completions); else lets the thread run.
 void waitStep(FabricState* s) {
+  count(s->stats.waitSteps);
   if (!s->progressThread || externalProgressRecent(s)) {
     if (progressOnce(s) == 0) std::this_thread::yield();
   } else {
@@ -1038,6 +1061,19 @@ void openSignalLines(FabricState* s) {
 }
 
 /// Owns a state during init, so a failure half-way closes what was opened.
+/// Logs (debug) what posting and progress did over the state's life: whether operations waited for room, and
+/// which thread read the completions, spun, rested or blocked.
+void logProgressStats(const FabricState* s) {
+  const auto& c = s->stats;
+  auto v = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
+  logf(s, weftLogDebug,
+       "libfabric transport stats (provider %s): posted %llu (fused put+signal %llu), -FI_EAGAIN %llu, at the "
+       "in-flight cap %llu; progress thread %llu rounds handling %llu completions, %llu yields, %llu rests of 250 us, "
+       "%llu blocks on the CQ for %llu us in all; callers %llu progress calls handling %llu, %llu wait steps",
+       s->provider.c_str(), v(c.posted), v(c.fused), v(c.again), v(c.capped), v(c.threadRounds), v(c.threadHandled),
+       v(c.yields), v(c.rests), v(c.blocks), v(c.blockedUs), v(c.callerRounds), v(c.callerHandled), v(c.waitSteps));
+}
+
 struct StateCloser {
   FabricState* s;
   ~StateCloser() {
@@ -1046,6 +1082,7 @@ struct StateCloser {
       s->stop = true;
       s->progress.join();
     }
+    if (s->ep != nullptr) logProgressStats(s);
     closeResources(s);
     delete s;
   }
@@ -1201,6 +1238,7 @@ bool postLandingReadLocked(Tracker* t, uint64_t seq) {
     return true;
   }
   s->inFlight.fetch_add(1, std::memory_order_relaxed);
+  count(s->stats.posted);
   return true;
 }
 
@@ -1941,6 +1979,8 @@ weftResult_t fabricProgress(void* state, uint32_t* handled) {
     requireOut(handled, "handled");
     s->externalProgressNs.store(steadyNs(), std::memory_order_relaxed);
     *handled = static_cast<uint32_t>(progressOnce(s));
+    count(s->stats.callerRounds);
+    count(s->stats.callerHandled, *handled);
   });
 }
 
