@@ -111,7 +111,7 @@ TEST(ConfigTest, ExampleFileParsesWithEveryKey) {
   EXPECT_EQ(c.optionsFor("cuda_ipc"), (std::map<std::string, std::string>{{"handle_type", "runtime"}}));
   EXPECT_EQ(c.optionsFor("libfabric"),
             (std::map<std::string, std::string>{
-                {"provider", "tcp"}, {"domain", "eth0"}, {"progress_thread", "true"}, {"signals", "auto"}}));
+                {"provider", "tcp"}, {"domain", "eth0"}, {"progress_thread", "true"}, {"isolate_provider", "false"}, {"signals", "auto"}}));
   EXPECT_EQ(c.optionsFor("ibverbs"),
             (std::map<std::string, std::string>{
                 {"device", "mlx5_0"}, {"port", "1"}, {"gid_index", "3"}, {"qps_per_peer", "4"}, {"atomics", "true"}}));

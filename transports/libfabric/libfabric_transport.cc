@@ -178,6 +178,9 @@ struct Tracker {
   Clock::time_point tailSince{};
   std::string error;       // first completion error ("" while none)
   uint64_t delivered = 0;  // flushByRead: operations up to this sequence number are known to be at the peer
+  // Landing-line reads asked for by callers of an isolated state (sequence numbers, oldest first): the progress
+  // thread posts each once everything queued before it is posted.
+  std::deque<uint64_t> readRequests;
   bool closed = false;
   std::weak_ptr<Tracker> self;  // what each Op holds, so the tracker outlives a closed connection's operations
 };
@@ -293,6 +296,12 @@ struct FabricState {
   std::mutex fiMutex;
 
   bool progressThread = true;
+  // Only the progress thread calls into the provider (posts, completion reads); callers queue and wait with their
+  // budgets. The default for shm: libfabric 1.17's shm spins on a lock inside the peer's shared memory, and a peer
+  // that died holding it (a crash mid-transfer) leaves that spin going forever; a caller caught in it could never
+  // return, the progress thread can be left behind. Needs the progress thread.
+  bool isolated = false;
+  std::atomic<bool> progressExited{false};
   std::atomic<bool> stop{false};
   std::thread progress;
 
@@ -497,6 +506,12 @@ void drainLocked(Tracker* t);
 
 inline void count(std::atomic<uint64_t>& counter, uint64_t n = 1) { counter.fetch_add(n, std::memory_order_relaxed); }
 
+/// The state whose progress thread this thread is (nullptr on every other thread).
+thread_local const FabricState* tProgressOf = nullptr;
+
+/// Whether this thread may call into s's provider now (see FabricState::isolated).
+bool mayEnterProvider(const FabricState* s) { return !s->isolated || tProgressOf == s; }
+
 /// Applies a signal a peer carried as remote CQ data: adds its value to the word it names, with release order.
 /// The provider reports the write only once it has been processed at this target, and it was posted behind the
 /// writes it orders (see SignalPath): their bytes are in this process's memory before the add makes them visible to
@@ -634,6 +649,7 @@ void progressLoop(FabricState* s) {
   // cover a ping-pong's turnaround. Spinning 1 ms instead measured the same put+signal ping-pong over tcp here.
   constexpr auto kSpin = std::chrono::microseconds(50);
   constexpr auto kShortSleeps = std::chrono::milliseconds(50);
+  tProgressOf = s;
   auto lastWork = Clock::now();
   uint32_t idle = 0;
   while (!s->stop.load(std::memory_order_relaxed)) {
@@ -649,7 +665,7 @@ void progressLoop(FabricState* s) {
       std::this_thread::yield();
       continue;
     }
-    if (externalProgressRecent(s)) {
+    if (externalProgressRecent(s) && !s->isolated) {
       // A caller drives progress (a proxy thread polling for triggers, a host waiter): sleep rather than take a core
       // from it or wake on the CQ's fd for every message it handles anyway; look again within the grace period.
       std::this_thread::sleep_for(std::chrono::microseconds(250));
@@ -657,13 +673,16 @@ void progressLoop(FabricState* s) {
       continue;
     }
     const auto quiet = Clock::now() - lastWork;
-    if (quiet < kSpin || s->anyPending.load()) {  // queued work (a held-back write, a full queue) is retried soon
+    // Queued work (a held-back write, a full queue) is retried soon; an isolated state's waiting callers count on
+    // this thread alone.
+    if (quiet < kSpin || s->anyPending.load() || (s->isolated && externalProgressRecent(s))) {
       count(s->stats.yields);
       std::this_thread::yield();
     } else {
       blockOnCq(s, 10, std::chrono::microseconds(quiet < kShortSleeps ? 20 : 200));
     }
   }
+  s->progressExited.store(true);
 }
 
 /// Registers a new operation of `t` (caller holds t->mutex).
@@ -752,10 +771,13 @@ const char* opName(OpKind kind) {
   return "fi_atomic (signal)";
 }
 
+bool postLandingReadLocked(Tracker* t, uint64_t seq);
+
 /// Posts `q` (caller holds t->mutex). False when it has to wait: the in-flight cap, -FI_EAGAIN, or an error
 /// (then recorded in t->error).
 bool postLocked(Tracker* t, const QueuedOp& q) {
   FabricState* s = t->state;
+  if (!mayEnterProvider(s)) return false;                               // the progress thread posts it
   if (s->inFlight.load(std::memory_order_relaxed) >= s->maxInFlight) {  // progress posts it later
     count(s->stats.capped);
     return false;
@@ -807,11 +829,18 @@ void drainLocked(Tracker* t) {
     if (!postLocked(t, q)) break;
     t->queue.pop_front();
   }
+  // A requested landing-line read goes once everything queued before it is posted (flush: it must follow them).
+  while (!t->readRequests.empty() && t->queue.empty() && t->held.empty() && !t->closed && t->error.empty() &&
+         mayEnterProvider(s)) {
+    if (!postLandingReadLocked(t, t->readRequests.front())) break;
+    t->readRequests.pop_front();
+  }
   if (!t->error.empty()) {
     t->queue.clear();
     t->held.clear();
+    t->readRequests.clear();
   }
-  if (!t->queue.empty() || !t->held.empty()) s->anyPending.store(true);
+  if (!t->queue.empty() || !t->held.empty() || !t->readRequests.empty()) s->anyPending.store(true);
 }
 
 /// Queues `q` behind what waits on `t` and posts what can go now. Caller holds t->mutex.
@@ -863,7 +892,10 @@ void enqueueLocked(Tracker* t, QueuedOp q, bool combinable = false) {
 /// would otherwise have read these completions); else lets the thread run.
 void waitStep(FabricState* s) {
   count(s->stats.waitSteps);
-  if (!s->progressThread || externalProgressRecent(s)) {
+  if (s->isolated) {  // keep the progress thread awake; it does the work
+    s->externalProgressNs.store(steadyNs(), std::memory_order_relaxed);
+    std::this_thread::yield();
+  } else if (!s->progressThread || externalProgressRecent(s)) {
     if (progressOnce(s) == 0) std::this_thread::yield();
   } else {
     std::this_thread::yield();
@@ -1074,13 +1106,51 @@ void logProgressStats(const FabricState* s) {
        v(c.yields), v(c.rests), v(c.blocks), v(c.blockedUs), v(c.callerRounds), v(c.callerHandled), v(c.waitSteps));
 }
 
+/// Hosts with at least this many cores isolate shm by default (FabricState::isolated).
+constexpr unsigned kIsolationCores = 8;
+
+/// States left open until the process ends (abandonState).
+std::vector<FabricState*>* abandonedStates = new std::vector<FabricState*>();
+
+/// Leaves s, its endpoint and buffers, and this library (RTLD_NODELETE) in place until the process ends, where
+/// closing could crash or never return; `why` is logged as a warning.
+void abandonState(FabricState* s, const std::string& why) {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&abandonState), &self) != 0 && self.dli_fname != nullptr) {
+    (void)dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  }
+  abandonedStates->push_back(s);
+  logf(s, weftLogWarn, "%s", why.c_str());
+}
+
+/// How long teardown waits for the progress thread to come back from the provider.
+constexpr std::chrono::seconds kProgressStopWait{2};
+
+/// Stops and joins the progress thread. False when it has not come back from a provider call within
+/// kProgressStopWait (it is detached then; it still uses s, which must stay).
+bool stopProgressThread(FabricState* s) {
+  if (!s->progress.joinable()) return true;
+  s->stop = true;
+  const auto until = Clock::now() + kProgressStopWait;
+  while (!s->progressExited.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!s->progressExited.load()) {
+    s->progress.detach();
+    return false;
+  }
+  s->progress.join();
+  return true;
+}
+
 struct StateCloser {
   FabricState* s;
   ~StateCloser() {
     if (s == nullptr) return;
-    if (s->progress.joinable()) {
-      s->stop = true;
-      s->progress.join();
+    if (!stopProgressThread(s)) {
+      abandonState(s, "libfabric transport: the progress thread has not come back from provider " + s->provider +
+                          " for " + std::to_string(kProgressStopWait.count()) +
+                          " s (a peer that died inside the provider may hold a lock it spins on); the endpoint is "
+                          "left open until the process ends");
+      return;
     }
     if (s->ep != nullptr) logProgressStats(s);
     closeResources(s);
@@ -1101,7 +1171,7 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
       s->services = *host;
     }
     std::string provider, domain;
-    int progressOption = -1;
+    int progressOption = -1, isolateOption = -1;
     SignalChoice signals = SignalChoice::kAuto;
     for (uint64_t i = 0; i < numOptions; ++i) {
       std::string key = keys[i] != nullptr ? keys[i] : "", value = values[i] != nullptr ? values[i] : "";
@@ -1116,6 +1186,13 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
                         "libfabric transport: option progress_thread='" + value + "' is not a boolean");
         }
         progressOption = on ? 1 : 0;
+      } else if (key == "isolate_provider") {
+        bool on = false;
+        if (!parseBool(value, &on)) {
+          throw Failure(weftInvalidArgument,
+                        "libfabric transport: option isolate_provider='" + value + "' is not a boolean");
+        }
+        isolateOption = on ? 1 : 0;
       } else if (key == "signals") {
         if (value == "auto") {
           signals = SignalChoice::kAuto;
@@ -1128,8 +1205,9 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
                                                  "' is not one of auto, data_after_completion, atomic");
         }
       } else {
-        throw Failure(weftInvalidArgument, "libfabric transport: unknown option '" + key +
-                                               "' (known: provider, domain, progress_thread, signals)");
+        throw Failure(weftInvalidArgument,
+                      "libfabric transport: unknown option '" + key +
+                          "' (known: provider, domain, progress_thread, isolate_provider, signals)");
       }
     }
     // With a GPU runtime, prefer an entry that registers GPU memory itself (FI_HMEM); else stage through host memory.
@@ -1195,16 +1273,25 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     // Default on for every provider: held-back signals are posted by whoever drives progress, and the thread makes
     // that happen without the caller. Off means callers drive progress (see docs/libfabric.md).
     s->progressThread = progressOption != 0;
+    if (isolateOption == 1 && !s->progressThread) {
+      throw Failure(weftInvalidArgument,
+                    "libfabric transport: isolate_provider needs the progress thread (progress_thread is off)");
+    }
+    // By default for shm where the progress thread can have a core of its own: on a host of a few cores it would
+    // share one with the spinning waiters, which then wait for it (2 cores: 145 us put+signal ping-pong, not 2).
+    const bool manyCores = std::thread::hardware_concurrency() >= kIsolationCores;
+    s->isolated =
+        s->progressThread && (isolateOption == 1 || (isolateOption == -1 && s->provider == "shm" && manyCores));
     // GPU sources are staged when the provider has no FI_HMEM; the bounce buffer is made at the first GPU
     // registration, so that a process that never registers GPU memory never starts the GPU runtime here (a runtime
     // started before fork() is unusable in the children).
     s->stages = !s->hmem && !WEFT_BUILD_GPU_NONE;
     if (s->progressThread) s->progress = std::thread(progressLoop, s);
     logf(s, weftLogInfo,
-         "libfabric transport up: provider %s domain %s, %s progress%s, flush: %s, hmem %s, mr_mode "
+         "libfabric transport up: provider %s domain %s, %s progress%s%s, flush: %s, hmem %s, mr_mode "
          "0x%" PRIx64 ", signals: %s, idle wait: %s, at most %" PRIu64 " operations in flight",
          s->provider.c_str(), s->domainName.c_str(), manual ? "manual" : "auto",
-         s->progressThread ? " (thread)" : " (callers)",
+         s->progressThread ? " (thread)" : " (callers)", s->isolated ? ", only that thread enters the provider" : "",
          s->flushByRead        ? "read behind the writes"
          : s->deliveryComplete ? "delivery-complete writes"
                                : "completions",
@@ -1240,6 +1327,21 @@ bool postLandingReadLocked(Tracker* t, uint64_t seq) {
   s->inFlight.fetch_add(1, std::memory_order_relaxed);
   count(s->stats.posted);
   return true;
+}
+
+/// A caller's landing-line read as operation `seq` of `t`: posted now, or, where only the progress thread enters the
+/// provider, asked of it (t->readRequests). Caller holds t->mutex; false as postLandingReadLocked.
+bool requestLandingReadLocked(Tracker* t, uint64_t seq) {
+  if (mayEnterProvider(t->state)) return postLandingReadLocked(t, seq);
+  t->readRequests.push_back(seq);
+  t->state->anyPending.store(true);
+  return true;
+}
+
+/// Whether operation `seq` of `t` (a landing-line read) is still to complete: posted, or asked for and not posted.
+bool readPendingLocked(const Tracker* t, uint64_t seq) {
+  return t->outstanding.count(seq) != 0 ||
+         std::find(t->readRequests.begin(), t->readRequests.end(), seq) != t->readRequests.end();
 }
 
 /// Whether every peer this endpoint talked to answers an 8-byte read of its landing line within kTeardownProbe
@@ -1295,29 +1397,16 @@ bool everyPeerAnswers(FabricState* s, std::string* silent) {
 }
 
 /// States finalize left open (see fabricFinalize); never destroyed, so a leak checker sees them reachable.
-std::vector<FabricState*>* abandonedStates = new std::vector<FabricState*>();
-
 weftResult_t fabricFinalize(void* state) {
   return guard([&] {
     auto* s = checked<FabricState>(state, Tag::kState, "libfabric transport state");
     s->tag = Tag::kDead;
     std::string silent;
     if (s->provider.find("ofi_rxm") != std::string::npos && !everyPeerAnswers(s, &silent)) {
-      // Closing would crash in the provider (see everyPeerAnswers): stop our thread and leave the endpoint, its
-      // buffers and this library loaded (RTLD_NODELETE) until the process ends.
-      if (s->progress.joinable()) {
-        s->stop = true;
-        s->progress.join();
-      }
-      Dl_info self{};
-      if (dladdr(reinterpret_cast<void*>(&fabricFinalize), &self) != 0 && self.dli_fname != nullptr) {
-        (void)dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-      }
-      abandonedStates->push_back(s);
-      logf(s, weftLogWarn,
-           "libfabric transport: peer %s did not answer at teardown (link down?); provider %s could crash closing "
-           "the endpoint, so it is left open until the process ends",
-           silent.c_str(), s->provider.c_str());
+      // Closing would crash in the provider (see everyPeerAnswers): stop our thread and leave the rest.
+      (void)stopProgressThread(s);
+      abandonState(s, "libfabric transport: peer " + silent + " did not answer at teardown (link down?); provider " +
+                          s->provider + " could crash closing the endpoint, so it is left open until the process ends");
       return;
     }
     StateCloser closer{s};
@@ -1423,7 +1512,7 @@ void openConnection(Tracker* t, std::chrono::steady_clock::time_point deadline) 
   FabricState* s = t->state;
   std::unique_lock<std::mutex> lock(t->mutex);
   const uint64_t seq = t->nextSeq;
-  while (!postLandingReadLocked(t, seq)) {
+  while (!requestLandingReadLocked(t, seq)) {
     if (Clock::now() >= deadline) {
       throw Failure(weftTimeout, "libfabric transport: connecting to peer " + t->peerName + " timed out (provider " +
                                      s->provider + " had no room for the first read)");
@@ -1436,7 +1525,7 @@ void openConnection(Tracker* t, std::chrono::steady_clock::time_point deadline) 
   t->nextSeq = seq + 1;
   for (;;) {
     if (!t->error.empty()) throwTrackerError(t);
-    if (t->outstanding.find(seq) == t->outstanding.end()) return;
+    if (!readPendingLocked(t, seq)) return;
     if (Clock::now() >= deadline) {
       throw Failure(weftTimeout, "libfabric transport: connecting to peer " + t->peerName +
                                      " timed out: it did not answer the first read (provider " + s->provider + ")");
@@ -1939,12 +2028,13 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
         if (!t->error.empty()) throwTrackerError(t);
         for (const auto& q : t->queue) unposted += q.seq <= last;
         for (const auto& q : t->held) held += q.seq <= last;
+        for (uint64_t r : t->readRequests) unposted += r <= last;
         unposted += held;
         const bool readNeeded = byRead && !readPosted && last > t->delivered;
         if (readNeeded && unposted == 0) {
           // Everything before is posted: the read goes behind it and comes back after it is delivered.
           const uint64_t seq = t->nextSeq;
-          if (postLandingReadLocked(t, seq)) {
+          if (requestLandingReadLocked(t, seq)) {
             t->nextSeq = seq + 1;
             last = seq;
             readPosted = true;
@@ -1978,7 +2068,7 @@ weftResult_t fabricProgress(void* state, uint32_t* handled) {
     auto* s = checked<FabricState>(state, Tag::kState, "libfabric transport state");
     requireOut(handled, "handled");
     s->externalProgressNs.store(steadyNs(), std::memory_order_relaxed);
-    *handled = static_cast<uint32_t>(progressOnce(s));
+    *handled = mayEnterProvider(s) ? static_cast<uint32_t>(progressOnce(s)) : 0;
     count(s->stats.callerRounds);
     count(s->stats.callerHandled, *handled);
   });
