@@ -109,9 +109,11 @@ TEST(ConfigTest, ExampleFileParsesWithEveryKey) {
   EXPECT_EQ(c.transportsFor(PeerClass::kOtherHost), (Strings{"ibverbs", "libfabric"}));
   EXPECT_EQ(c.optionsFor("host"), (std::map<std::string, std::string>{{"io_timeout_ms", "2000"}}));
   EXPECT_EQ(c.optionsFor("cuda_ipc"), (std::map<std::string, std::string>{{"handle_type", "runtime"}}));
-  EXPECT_EQ(c.optionsFor("libfabric"),
-            (std::map<std::string, std::string>{
-                {"provider", "tcp"}, {"domain", "eth0"}, {"progress_thread", "true"}, {"isolate_provider", "false"}, {"signals", "auto"}}));
+  EXPECT_EQ(c.optionsFor("libfabric"), (std::map<std::string, std::string>{{"provider", "tcp"},
+                                                                           {"domain", "eth0"},
+                                                                           {"progress_thread", "true"},
+                                                                           {"isolate_provider", "false"},
+                                                                           {"signals", "auto"}}));
   EXPECT_EQ(c.optionsFor("ibverbs"),
             (std::map<std::string, std::string>{
                 {"device", "mlx5_0"}, {"port", "1"}, {"gid_index", "3"}, {"qps_per_peer", "4"}, {"atomics", "true"}}));
