@@ -1639,6 +1639,7 @@ weftResult_t fabricCloseConnection(void* connection) {
       c->tracker->closed = true;  // queued operations are dropped (unflushed work may be lost)
       c->tracker->queue.clear();
       c->tracker->held.clear();
+      c->tracker->readRequests.clear();
       c->tracker->tailDeferred = false;
     }
     c->tag = Tag::kDead;
