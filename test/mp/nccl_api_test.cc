@@ -15,10 +15,20 @@
 #include <thread>
 #include <vector>
 
+#include <weft/build_config.hpp>
+
 #include "multi_process.hpp"
 #include "transport_plugins.hpp"
 
 namespace {
+
+// The buffers here are host memory, which a GPU build's kernels cannot read (on the H100 machine the CUDA build's
+// kernels faulted on them, and the fault left the MPS server refusing every later client). GPU builds are checked
+// on device memory by weft-nccl-check (scripts/gpu-suite.sh) and the GPU tests.
+#define SKIP_IN_GPU_BUILDS()                                                                                   \
+  if (WEFT_BUILD_GPU_CUDA || WEFT_BUILD_GPU_HIP) {                                                             \
+    GTEST_SKIP() << "host buffers: for WEFT_GPU=none builds; GPU builds run weft-nccl-check on device memory"; \
+  }
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
@@ -146,11 +156,18 @@ void collectivesAndRing(int size) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
-TEST(NcclApiTest, EveryCollectiveAndGroupedRingOnTwoRanks) { collectivesAndRing(2); }
-TEST(NcclApiTest, EveryCollectiveAndGroupedRingOnFourRanks) { collectivesAndRing(4); }
+TEST(NcclApiTest, EveryCollectiveAndGroupedRingOnTwoRanks) {
+  SKIP_IN_GPU_BUILDS();
+  collectivesAndRing(2);
+}
+TEST(NcclApiTest, EveryCollectiveAndGroupedRingOnFourRanks) {
+  SKIP_IN_GPU_BUILDS();
+  collectivesAndRing(4);
+}
 
 // Rank 0 makes the id and hands it over through a file, as a launcher-less program would.
 TEST(NcclApiTest, UniqueIdFromRankZeroAndSplit) {
+  SKIP_IN_GPU_BUILDS();
   const std::string path = ::testing::TempDir() + "/nccl_api_test_id_" + std::to_string(getpid());
   auto results = weft::test::runRanks(4, [&](int rank, int n) {
     ncclUniqueId id;
@@ -198,6 +215,7 @@ TEST(NcclApiTest, UniqueIdFromRankZeroAndSplit) {
 }
 
 TEST(NcclApiTest, NonblockingAndGroupedInit) {
+  SKIP_IN_GPU_BUILDS();
   ncclUniqueId id = makeId(), id2 = makeId();
   auto results = weft::test::runRanks(2, [&](int rank, int n) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -232,6 +250,7 @@ TEST(NcclApiTest, NonblockingAndGroupedInit) {
 
 // One process, three communicators (one GPU: all on device 0), driven from one thread through a group.
 TEST(NcclApiTest, InitAllDrivesSeveralRanksFromOneThread) {
+  SKIP_IN_GPU_BUILDS();
   auto results = weft::test::runRanks(1, [&](int, int) {
     constexpr int kRanks = 3;
     ncclComm_t comms[kRanks] = {};
@@ -251,6 +270,7 @@ TEST(NcclApiTest, InitAllDrivesSeveralRanksFromOneThread) {
 }
 
 TEST(NcclApiTest, BadArgumentsAndForcedFallbackWithoutLibrary) {
+  SKIP_IN_GPU_BUILDS();
   ncclUniqueId id = makeId();
   auto results = weft::test::runRanks(2, [&](int rank, int n) {
     ASSERT_EQ(setenv("WEFT_NCCL_FORCE_FALLBACK", "allgather,sendrecv", 1), 0);
@@ -392,6 +412,7 @@ TEST(NcclApiTest, OwnLibraryIsRefusedAsFallback) {
 // Abort returns promptly while another thread's collective waits for a peer that never comes; the waiting call
 // then ends with an error (when the engine's wait budget runs out) instead of hanging, and the state is freed by it.
 TEST(NcclApiTest, AbortReturnsWhileACollectiveWaits) {
+  SKIP_IN_GPU_BUILDS();
   ncclUniqueId id = makeId();
   auto results = weft::test::runRanks(2, [&](int rank, int n) {
     ASSERT_EQ(setenv("WEFT_WAIT_TIMEOUT_MS", "1500", 1), 0);
