@@ -284,10 +284,12 @@ struct FabricState {
   // -FI_EAGAIN (shm 1.17 applies some atomics twice when it does under load).
   std::atomic<uint64_t> inFlight{0};
   // Where the time of a slow run goes, logged at debug level when the state closes (see logProgressStats).
+  // Posters', the progress thread's and callers' counters sit on cache lines of their own, so that counting does
+  // not move a line between the cores of a ping-pong.
   struct Stats {
-    std::atomic<uint64_t> posted{0}, again{0}, capped{0}, fused{0};
-    std::atomic<uint64_t> threadRounds{0}, threadHandled{0}, rests{0}, blocks{0}, blockedUs{0}, yields{0};
-    std::atomic<uint64_t> callerRounds{0}, callerHandled{0}, waitSteps{0};
+    alignas(64) std::atomic<uint64_t> posted{0}, again{0}, capped{0}, fused{0};
+    alignas(64) std::atomic<uint64_t> threadRounds{0}, threadHandled{0}, rests{0}, blocks{0}, blockedUs{0}, yields{0};
+    alignas(64) std::atomic<uint64_t> callerRounds{0}, callerHandled{0}, waitSteps{0};
   } stats;
   uint64_t maxInFlight = 256;
 
@@ -395,6 +397,15 @@ bool parseBool(const std::string& v, bool* out) {
 // ---- choosing a provider ----
 
 /// Lower is better: hardware first, then tcp (reaches every peer), then shm (same host only), then the rest.
+/// A boolean option's value as 1 or 0; anything parseBool does not take is refused naming the option.
+int boolOption(const std::string& key, const std::string& value) {
+  bool on = false;
+  if (!parseBool(value, &on)) {
+    throw Failure(weftInvalidArgument, "libfabric transport: option " + key + "='" + value + "' is not a boolean");
+  }
+  return on ? 1 : 0;
+}
+
 int providerRank(const std::string& prov) {
   static const char* const kOrder[] = {"efa", "cxi", "verbs", "psm3", "opx", "tcp", "shm", "net", "sockets"};
   std::string first = prov.substr(0, prov.find(';'));
@@ -1180,19 +1191,9 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
       } else if (key == "domain") {
         domain = value;
       } else if (key == "progress_thread") {
-        bool on = false;
-        if (!parseBool(value, &on)) {
-          throw Failure(weftInvalidArgument,
-                        "libfabric transport: option progress_thread='" + value + "' is not a boolean");
-        }
-        progressOption = on ? 1 : 0;
+        progressOption = boolOption(key, value);
       } else if (key == "isolate_provider") {
-        bool on = false;
-        if (!parseBool(value, &on)) {
-          throw Failure(weftInvalidArgument,
-                        "libfabric transport: option isolate_provider='" + value + "' is not a boolean");
-        }
-        isolateOption = on ? 1 : 0;
+        isolateOption = boolOption(key, value);
       } else if (key == "signals") {
         if (value == "auto") {
           signals = SignalChoice::kAuto;
