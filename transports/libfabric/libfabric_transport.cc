@@ -41,6 +41,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <vector>
 #include <weft/gpu.hpp>
 
@@ -181,6 +182,9 @@ struct Tracker {
   // Landing-line reads asked for by callers of an isolated state (sequence numbers, oldest first): the progress
   // thread posts each once everything queued before it is posted.
   std::deque<uint64_t> readRequests;
+  // An isolated state's progress thread is in the provider posting for this tracker, without its mutex (see
+  // OutsideTrackerLock); other threads leave the queues' fronts alone meanwhile.
+  bool posting = false;
   bool closed = false;
   std::weak_ptr<Tracker> self;  // what each Op holds, so the tracker outlives a closed connection's operations
 };
@@ -523,6 +527,28 @@ thread_local const FabricState* tProgressOf = nullptr;
 /// Whether this thread may call into s's provider now (see FabricState::isolated).
 bool mayEnterProvider(const FabricState* s) { return !s->isolated || tProgressOf == s; }
 
+/// Lets go of t->mutex (held by the caller) for the length of one provider call when the state is isolated. Only the
+/// progress thread posts then, and a call that never comes back (a dead shm peer's lock, see FabricState::isolated)
+/// must not take the connection's mutex with it: the callers' flushes and writes keep their budgets and time out.
+class OutsideTrackerLock {
+ public:
+  explicit OutsideTrackerLock(Tracker* t) : t_(t->state->isolated ? t : nullptr) {
+    if (t_ == nullptr) return;
+    t_->posting = true;
+    t_->mutex.unlock();
+  }
+  ~OutsideTrackerLock() {
+    if (t_ == nullptr) return;
+    t_->mutex.lock();
+    t_->posting = false;
+  }
+  OutsideTrackerLock(const OutsideTrackerLock&) = delete;
+  OutsideTrackerLock& operator=(const OutsideTrackerLock&) = delete;
+
+ private:
+  Tracker* t_;
+};
+
 /// Applies a signal a peer carried as remote CQ data: adds its value to the word it names, with release order.
 /// The provider reports the write only once it has been processed at this target, and it was posted behind the
 /// writes it orders (see SignalPath): their bytes are in this process's memory before the add makes them visible to
@@ -795,9 +821,13 @@ bool postLocked(Tracker* t, const QueuedOp& q) {
   }
   const bool write = q.kind == OpKind::kWrite || q.kind == OpKind::kWriteData;
   Op* op = newOpLocked(t, q.seq, write);
-  ssize_t rc = write                           ? postWrite(s, t, op, q)
-               : q.kind == OpKind::kSignalData ? postSignalData(s, t, op, q)
-                                               : postAtomic(s, t, op, q);
+  ssize_t rc = 0;
+  {
+    OutsideTrackerLock unlocked(t);
+    rc = write                           ? postWrite(s, t, op, q)
+         : q.kind == OpKind::kSignalData ? postSignalData(s, t, op, q)
+                                         : postAtomic(s, t, op, q);
+  }
   if (rc == -FI_EAGAIN) {  // connection being set up, or the provider out of room: progress retries it
     count(s->stats.again);
     dropOpLocked(t, op);
@@ -816,10 +846,17 @@ bool postLocked(Tracker* t, const QueuedOp& q) {
 
 void drainLocked(Tracker* t) {
   FabricState* s = t->state;
+  if (t->posting) {  // the progress thread is posting the front (isolated); it drains again afterwards
+    s->anyPending.store(true);
+    return;
+  }
   auto writeBefore = [t](uint64_t seq) { return !t->writes.empty() && *t->writes.begin() < seq; };
+  // Each post is of a copy: an isolated state posts without t->mutex, and a connection closed meanwhile has cleared
+  // the queues (nothing to pop then).
   // Held signals first, oldest first; one still waiting means every later one waits too (it follows the same writes).
   while (!t->held.empty() && !t->closed && t->error.empty()) {
-    if (writeBefore(t->held.front().seq) || !postLocked(t, t->held.front())) break;
+    const QueuedOp q = t->held.front();
+    if (writeBefore(q.seq) || !postLocked(t, q) || t->closed) break;
     t->held.pop_front();
   }
   // A signal carried as CQ data on a provider that delivers RMA writes in order goes straight behind its writes. It
@@ -830,20 +867,20 @@ void drainLocked(Tracker* t) {
       if (Clock::now() - t->tailSince < kCombineWindow) break;
       t->tailDeferred = false;
     }
-    const QueuedOp& q = t->queue.front();
+    const QueuedOp q = t->queue.front();
     const bool holdable = q.kind == OpKind::kAtomic || (q.kind == OpKind::kSignalData && !ordered);
     if (holdable && (!t->held.empty() || writeBefore(q.seq))) {
       t->held.push_back(q);  // every write before it is posted; it goes once they have completed
       t->queue.pop_front();
       continue;
     }
-    if (!postLocked(t, q)) break;
+    if (!postLocked(t, q) || t->closed) break;
     t->queue.pop_front();
   }
   // A requested landing-line read goes once everything queued before it is posted (flush: it must follow them).
   while (!t->readRequests.empty() && t->queue.empty() && t->held.empty() && !t->closed && t->error.empty() &&
          mayEnterProvider(s)) {
-    if (!postLandingReadLocked(t, t->readRequests.front())) break;
+    if (!postLandingReadLocked(t, t->readRequests.front()) || t->closed) break;
     t->readRequests.pop_front();
   }
   if (!t->error.empty()) {
@@ -1131,6 +1168,17 @@ void abandonState(FabricState* s, const std::string& why) {
   logf(s, weftLogWarn, "%s", why.c_str());
 }
 
+/// How many CPUs this process may run on (its affinity mask).
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
+  return CPU_COUNT(&set);
+}
+
+/// From how many usable CPUs isolate_provider is on by default for shm.
+constexpr int kIsolateFromCpus = 8;
+
 /// How long teardown waits for the progress thread to come back from the provider.
 constexpr std::chrono::seconds kProgressStopWait{2};
 
@@ -1275,9 +1323,11 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
       throw Failure(weftInvalidArgument,
                     "libfabric transport: isolate_provider needs the progress thread (progress_thread is off)");
     }
-    // Off unless asked: a caller's flush still waits for the tracker mutex that a progress thread stuck in the
-    // provider holds (CI, 2026-12-07), so isolation does not yet turn the dead-peer spin into an error.
-    s->isolated = s->progressThread && isolateOption == 1;
+    // Unless asked either way: on for shm where the process has cores to spare (kIsolateFromCpus), the hosts where
+    // a dead peer's spin lock was seen to hang callers. On fewer cores the thread that alone enters the provider
+    // shares a core with the spinning waiters, and a put+signal ping-pong took 147 us instead of 2 (2 cores).
+    s->isolated = s->progressThread &&
+                  (isolateOption == 1 || (isolateOption == -1 && s->provider == "shm" && usableCpus() >= kIsolateFromCpus));
     // GPU sources are staged when the provider has no FI_HMEM; the bounce buffer is made at the first GPU
     // registration, so that a process that never registers GPU memory never starts the GPU runtime here (a runtime
     // started before fork() is unusable in the children).
@@ -1306,6 +1356,7 @@ bool postLandingReadLocked(Tracker* t, uint64_t seq) {
   Op* op = newOpLocked(t, seq, false);
   ssize_t rc = 0;
   {
+    OutsideTrackerLock unlocked(t);
     std::lock_guard<std::mutex> lock(s->fiMutex);
     rc = fi_read(s->ep, s->operand, sizeof(uint64_t), s->operandDesc, t->peer, t->peerLandingAddress, t->peerLandingKey,
                  &op->context);
