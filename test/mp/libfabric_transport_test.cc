@@ -647,10 +647,10 @@ TEST_P(LibfabricTransportTest, GpuMemoryWithoutAStagingPathIsNotSupported) {
 
 INSTANTIATE_TEST_SUITE_P(Providers, LibfabricTransportTest, ::testing::Values("tcp", "shm", "shm+isolated"),
                          [](const auto& info) {
-  std::string name = info.param;
-  std::replace(name.begin(), name.end(), '+', '_');
-  return name;
-});
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '+', '_');
+                           return name;
+                         });
 
 // ---- the signal paths: CQ data behind the writes, CQ data after their completion, fi_atomic ----
 

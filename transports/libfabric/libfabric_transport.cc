@@ -1326,8 +1326,9 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     // Unless asked either way: on for shm where the process has cores to spare (kIsolateFromCpus), the hosts where
     // a dead peer's spin lock was seen to hang callers. On fewer cores the thread that alone enters the provider
     // shares a core with the spinning waiters, and a put+signal ping-pong took 147 us instead of 2 (2 cores).
-    s->isolated = s->progressThread &&
-                  (isolateOption == 1 || (isolateOption == -1 && s->provider == "shm" && usableCpus() >= kIsolateFromCpus));
+    s->isolated =
+        s->progressThread &&
+        (isolateOption == 1 || (isolateOption == -1 && s->provider == "shm" && usableCpus() >= kIsolateFromCpus));
     // GPU sources are staged when the provider has no FI_HMEM; the bounce buffer is made at the first GPU
     // registration, so that a process that never registers GPU memory never starts the GPU runtime here (a runtime
     // started before fork() is unusable in the children).
@@ -2068,8 +2069,8 @@ std::string flushTimeoutMessage(const Tracker* t, uint64_t last, std::chrono::mi
   return "libfabric transport: flush to peer " + t->peerName + " timed out after " + std::to_string(waited.count()) +
          " ms with " + std::to_string(posted + queued + held) + " operations outstanding (" + std::to_string(posted) +
          " posted and not completed, " + std::to_string(queued) + " queued, " + std::to_string(held) +
-         " signals held behind writes; " + std::to_string(s->inFlight.load()) + " in flight on the endpoint; provider " +
-         s->provider + ")";
+         " signals held behind writes; " + std::to_string(s->inFlight.load()) +
+         " in flight on the endpoint; provider " + s->provider + ")";
 }
 
 weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
@@ -2117,8 +2118,8 @@ weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
         }
         if (Clock::now() >= deadline) {
           throw Failure(weftTimeout,
-                        flushTimeoutMessage(t, last,
-                                            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)));
+                        flushTimeoutMessage(
+                            t, last, std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)));
         }
       }
       waitStep(s);
