@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <mutex>
 #include <set>
 #include <weft/error.hpp>
 #include <weft/params.hpp>
@@ -40,6 +41,20 @@ std::string libweftDirectory() {
   std::string file = info.dli_fname;
   size_t slash = file.rfind('/');
   return slash == std::string::npos ? "" : file.substr(0, slash);
+}
+
+/// Warns, once per process and directory, about a plugin directory the user named (plugins.path, WEFT_PLUGIN_PATH)
+/// that is not a directory: the search would skip it silently and load a plugin from the next place on the path,
+/// as a variant build named through a mistyped WEFT_PLUGIN_PATH did (docs/performance.md, eleventh session).
+void warnIfNotADirectory(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return;
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(dir).second) return;
+  logWarn(LogSubsys::kPlugin, "plugin directory '{}' (plugins.path / WEFT_PLUGIN_PATH) is not a directory; skipped",
+          dir);
 }
 
 bool isRegularFile(const std::string& path) {
@@ -88,6 +103,7 @@ std::vector<std::string> pluginSearchPath(const std::vector<std::string>& extraP
   std::vector<std::string> dirs;
   for (const auto& d : extraPath) appendColonList(d, dirs);
   if (auto env = paramString("WEFT_PLUGIN_PATH")) appendColonList(*env, dirs);
+  for (const auto& d : dirs) warnIfNotADirectory(d);
   dirs.push_back(WEFT_PLUGIN_BUILD_DIR);
   dirs.push_back(WEFT_PLUGIN_INSTALL_DIR);
   std::string own = libweftDirectory();

@@ -7,6 +7,8 @@
 #include <set>
 #include <weft/error.hpp>
 
+#include "logging.hpp"
+#include "multi_process.hpp"
 #include "plugin_loader.hpp"
 #include "transport_plugin.hpp"
 
@@ -73,6 +75,30 @@ TEST(PluginLoaderTest, MissingPluginListsEveryDirectorySearched) {
   // Search order: explicit list, then WEFT_PLUGIN_PATH, then the build tree.
   EXPECT_LT(msg.find("/tmp/weft-extra-dir"), msg.find("/tmp/weft-env-dir-1"));
   EXPECT_LT(msg.find("/tmp/weft-env-dir-2"), msg.find(WEFT_PLUGIN_BUILD_DIR));
+}
+
+// A plugin directory the user named that does not exist is skipped, but not silently: a mistyped WEFT_PLUGIN_PATH
+// once loaded the build tree's plugin in place of the variant it named, and a comparison measured one plugin twice.
+// Runs in a forked process to read its stderr; the warning comes once per directory.
+TEST(PluginLoaderTest, ANamedPluginDirectoryThatIsMissingIsWarnedAboutOnce) {
+  const std::string missing = "/tmp/weft-no-such-plugin-dir-" + std::to_string(getpid());
+  auto results = test::runRanks(1, [&](int, int) {
+    unsetenv("WEFT_LOG_LEVEL");
+    unsetenv("WEFT_LOG_SUBSYS");
+    reloadLogSettings();
+    setenv("WEFT_PLUGIN_PATH", (missing + ":" + kTestDir).c_str(), 1);
+    auto first = loadTransportPlugin("host", {}, {});
+    auto second = loadTransportPlugin("host", {}, {});
+    EXPECT_EQ(first->path(), std::string(WEFT_PLUGIN_BUILD_DIR) + "/libweft-transport-host.so");
+  });
+  ASSERT_TRUE(results[0].ok()) << results[0].output;
+  const std::string& out = results[0].output;
+  const std::string warning = "plugin directory '" + missing + "'";
+  const size_t at = out.find(warning);
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NE(out.find("is not a directory", at), std::string::npos) << out;
+  EXPECT_EQ(out.find(warning, at + 1), std::string::npos) << "warned twice: " << out;
+  EXPECT_EQ(out.find("plugin directory '" + kTestDir + "'"), std::string::npos) << "an existing directory: " << out;
 }
 
 TEST(PluginLoaderTest, NameWithPathCharactersIsRefused) {
