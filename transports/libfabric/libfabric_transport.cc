@@ -41,10 +41,10 @@
 
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <vector>
 #include <weft/gpu.hpp>
 
+#include "../common/usable_cpus.hpp"
 #include "libfabric_wire.hpp"
 
 namespace weft::fabric {
@@ -1168,15 +1168,8 @@ void abandonState(FabricState* s, const std::string& why) {
   logf(s, weftLogWarn, "%s", why.c_str());
 }
 
-/// How many CPUs this process may run on (its affinity mask).
-int usableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
-  return CPU_COUNT(&set);
-}
-
-/// From how many usable CPUs isolate_provider is on by default for shm.
+/// From how many usable CPUs (transport_support::usableCpus: the affinity mask, at most the cgroup's quota)
+/// isolate_provider is on by default for shm.
 constexpr int kIsolateFromCpus = 8;
 
 /// How long teardown waits for the progress thread to come back from the provider.
@@ -1326,9 +1319,8 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
     // Unless asked either way: on for shm where the process has cores to spare (kIsolateFromCpus), the hosts where
     // a dead peer's spin lock was seen to hang callers. On fewer cores the thread that alone enters the provider
     // shares a core with the spinning waiters, and a put+signal ping-pong took 147 us instead of 2 (2 cores).
-    s->isolated =
-        s->progressThread &&
-        (isolateOption == 1 || (isolateOption == -1 && s->provider == "shm" && usableCpus() >= kIsolateFromCpus));
+    s->isolated = s->progressThread && (isolateOption == 1 || (isolateOption == -1 && s->provider == "shm" &&
+                                                               transport_support::usableCpus() >= kIsolateFromCpus));
     // GPU sources are staged when the provider has no FI_HMEM; the bounce buffer is made at the first GPU
     // registration, so that a process that never registers GPU memory never starts the GPU runtime here (a runtime
     // started before fork() is unusable in the children).
