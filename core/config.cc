@@ -89,8 +89,9 @@ const std::vector<TransportOptionInfo> kKnownOptions = {
      {},
      0,
      0,
-     "Only the progress thread calls into libfabric; callers queue and wait within their budgets. Default off; "
-     "experimental (docs/libfabric.md: a peer that dies inside shm can leave a lock spinning forever)."},
+     "Only the progress thread calls into libfabric; callers queue and wait within their budgets. Default: on for "
+     "shm where the process may use 8 or more CPUs (a peer that dies inside shm can leave a lock spinning "
+     "forever; docs/libfabric.md)."},
     {"libfabric",
      "signals",
      OptionType::kString,
