@@ -26,7 +26,9 @@ class Connection {
   /// write on this connection is visible to the peer. This is how a signal is sent.
   void atomicAdd(const RegisteredMemory& dst, uint64_t dstOffset, uint64_t value);
 
-  /// Returns once every earlier write and atomicAdd has completed; throws kTimeout after `timeout`.
+  /// Returns once every earlier write and atomicAdd has completed; throws kTimeout after `timeout`. Some transports
+  /// (libfabric over tcp and shm) confirm delivery by asking the peer, so a peer should keep its connection open
+  /// until this side's last flush returned (a barrier before teardown).
   void flush(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   /// Drives the transport's progress once from this thread and returns how many events it handled; 0 at once for

@@ -301,6 +301,10 @@ TEST_P(LibfabricTransportTest, WritesFromOneByteTo64MiBAtOddOffsetsArriveIntact)
           p.conn.flush(5s);
           waitCounter(in + 8, round, 10s, "ack signal");
         }
+        // The peer leaves only after our last flush returned: that flush's confirming read is answered by the peer,
+        // and a peer that saw our ack and closed its endpoint at once never answers it (see docs/libfabric.md).
+        ch->sendValue(1);
+        EXPECT_EQ(ch->recvValue(), 1u);
       },
       40s);
   WEFT_EXPECT_RANKS_OK(results);
@@ -512,8 +516,43 @@ TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes
         // It says where the operations wait: posted to the provider, queued here, or signals held behind writes.
         EXPECT_NE(msg.find("posted and not completed"), std::string::npos) << msg;
         EXPECT_NE(msg.find("signals held behind writes"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("the oldest posted: fi_"), std::string::npos) << msg;  // and which operation waits longest
         kill(peer, SIGCONT);
         p.conn.flush(10s);  // the operations stayed pending and now complete
+        ch->sendValue(5);
+        EXPECT_EQ(ch->recvValue(), 6u);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+// A small write completes at the sender without the peer (inline or into the socket); only the read that confirms
+// it is at the peer waits for a peer that is stopped, or that closed its endpoint once it saw the last signal. The
+// timeout says so instead of leaving "1 posted" to guess at.
+TEST_P(LibfabricTransportTest, AFlushWaitingOnlyForThePeersAnswerSaysSo) {
+  const std::string provider = GetParam();
+  auto results = runPair(
+      provider, kHeader + 64, 64,
+      [&](int rank, Channel* ch, Pair& p) {
+        if (rank == 1) {
+          ch->sendValue(static_cast<uint64_t>(getpid()));
+          raise(SIGSTOP);
+          ASSERT_EQ(ch->recvValue(), 5u);
+          waitCounter(p.inbox.get(), 1, 10s, "signal after continuing");
+          EXPECT_EQ(p.inbox.get()[kHeader], 0x5a);
+          ch->sendValue(6);
+          return;
+        }
+        auto peer = static_cast<pid_t>(ch->recvValue());
+        std::this_thread::sleep_for(100ms);  // let it stop
+        p.outbox.get()[0] = 0x5a;
+        p.conn.write(p.remote, kHeader, p.outReg, 0, 8);
+        p.conn.atomicAdd(p.remote, 0, 1);
+        std::string msg = errorOf(ErrorCode::kTimeout, [&] { p.conn.flush(500ms); });
+        EXPECT_NE(msg.find("1 posted and not completed, 0 queued"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("the read that confirms delivery"), std::string::npos) << msg;
+        kill(peer, SIGCONT);
+        p.conn.flush(10s);
         ch->sendValue(5);
         EXPECT_EQ(ch->recvValue(), 6u);
       },

@@ -134,6 +134,8 @@ enum class OpKind : uint8_t {
   kSignalData,  // a signal as a zero-length fi_writedata whose CQ data the target applies
 };
 
+constexpr const char* kLandingReadName = "fi_read (landing line)";
+
 /// One posted operation; its fi_context2 is what the completion queue hands back.
 struct Op {
   fi_context2 context;  // first member: the CQ entry's op_context points here
@@ -141,6 +143,10 @@ struct Op {
   uint64_t seq = 0;
   bool write = false;
   uint64_t operand = 0;  // an atomic's source value, alive until its completion
+  // What it is and when it was posted, for a flush's timeout message.
+  const char* what = "";  // kLandingReadName for the read that confirms a flush
+  uint64_t bytes = 0;
+  Clock::time_point postedAt{};
 };
 
 /// An operation not posted yet: a signal waiting for the writes before it, or anything behind a full queue.
@@ -821,6 +827,9 @@ bool postLocked(Tracker* t, const QueuedOp& q) {
   }
   const bool write = q.kind == OpKind::kWrite || q.kind == OpKind::kWriteData;
   Op* op = newOpLocked(t, q.seq, write);
+  op->what = opName(q.kind);
+  op->bytes = write ? q.bytes : sizeof(uint64_t);
+  op->postedAt = Clock::now();
   ssize_t rc = 0;
   {
     OutsideTrackerLock unlocked(t);
@@ -1347,6 +1356,9 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
 bool postLandingReadLocked(Tracker* t, uint64_t seq) {
   FabricState* s = t->state;
   Op* op = newOpLocked(t, seq, false);
+  op->what = kLandingReadName;
+  op->bytes = sizeof(uint64_t);
+  op->postedAt = Clock::now();
   ssize_t rc = 0;
   {
     OutsideTrackerLock unlocked(t);
@@ -2058,11 +2070,26 @@ std::string flushTimeoutMessage(const Tracker* t, uint64_t last, std::chrono::mi
   for (const auto& q : t->queue) queued += q.seq <= last;
   for (uint64_t r : t->readRequests) queued += r <= last;
   for (const auto& q : t->held) held += q.seq <= last;
+  std::string oldest;
+  if (!t->outstanding.empty()) {
+    const Op* op = t->outstanding.begin()->second;
+    oldest =
+        "; the oldest posted: " + std::string(op->what) + " of " + std::to_string(op->bytes) + " B, " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - op->postedAt).count()) +
+        " ms ago";
+    if (posted == 1 && queued + held == 0 && op->what == kLandingReadName) {
+      // Everything else completed: only the peer's answer is missing, and a peer that is stopped, not progressing or
+      // already closed its endpoint (it saw the last signal and left) never gives it.
+      oldest +=
+          ", the read that confirms delivery; the peer must still be progressing to answer it (one that closed "
+          "its endpoint never does: close only after the peer's flushes returned)";
+    }
+  }
   return "libfabric transport: flush to peer " + t->peerName + " timed out after " + std::to_string(waited.count()) +
          " ms with " + std::to_string(posted + queued + held) + " operations outstanding (" + std::to_string(posted) +
          " posted and not completed, " + std::to_string(queued) + " queued, " + std::to_string(held) +
-         " signals held behind writes; " + std::to_string(s->inFlight.load()) +
-         " in flight on the endpoint; provider " + s->provider + ")";
+         " signals held behind writes; " + std::to_string(s->inFlight.load()) + " in flight on the endpoint" + oldest +
+         "; provider " + s->provider + ")";
 }
 
 weftResult_t fabricFlush(void* connection, uint64_t timeoutNs) {
