@@ -46,6 +46,7 @@
 
 #include "../common/usable_cpus.hpp"
 #include "libfabric_wire.hpp"
+#include "staging_ring.hpp"
 
 namespace weft::fabric {
 namespace {
@@ -61,8 +62,11 @@ constexpr uint32_t kFiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 constexpr uint64_t kMaxChunkBytes = uint64_t{4} << 20;
 /// How long a post may wait for room in the transmit queue, and a staged chunk for its completion.
 constexpr std::chrono::seconds kPostTimeout{10};
-/// Bytes of the pinned bounce buffer that stages GPU sources when the provider has no FI_HMEM.
-constexpr uint64_t kStagingBytes = uint64_t{4} << 20;
+/// Bytes of the pinned ring that stages GPU sources when the provider has no FI_HMEM, and the largest piece of a
+/// staged write: several pieces are on the wire while the next is copied, and a write returns once its bytes are
+/// copied out (the source may change then), not once they arrived.
+constexpr uint64_t kStagingBytes = uint64_t{8} << 20;
+constexpr uint64_t kStagedChunkBytes = uint64_t{1} << 20;
 /// How long a write may wait for the signal that follows it, to carry it as CQ data. A proxy or host thread issues
 /// put and signal microseconds apart; a lone write pays this once (a flush posts it at once).
 constexpr std::chrono::microseconds kCombineWindow{20};
@@ -319,7 +323,14 @@ struct FabricState {
 
   // Staging of GPU sources (only with a GPU runtime and no FI_HMEM).
   std::mutex stagingMutex;
-  void* staging = nullptr;
+  void* staging = nullptr;  // kStagingBytes, handed out as stagingRing says
+  // Whose write reads a piece of the ring: taken until operation `seq` of `tracker` has completed (or the tracker is
+  // gone: then every operation of it has).
+  struct StagingOwner {
+    std::weak_ptr<Tracker> tracker;
+    uint64_t seq = 0;
+  };
+  transport_support::StagingRing<StagingOwner> stagingRing{kStagingBytes};
   fid_mr* stagingMr = nullptr;
   bool stages = false;  // GPU memory is staged (no FI_HMEM, a GPU build): the buffer is made on first use
 #if !WEFT_BUILD_GPU_NONE
@@ -1924,21 +1935,32 @@ void checkRange(uint64_t offset, uint64_t bytes, uint64_t size, const char* what
 }
 
 #if !WEFT_BUILD_GPU_NONE
-/// Waits until operation `seq` of `t` has completed (staged writes), at most kPostTimeout.
-void waitOp(Tracker* t, uint64_t seq) {
+/// Whether the provider may still read the ring piece of `use`: its write is queued or posted and not completed. A
+/// failed connection drops what it had queued, and a posted write stays until its completion (an error one too).
+bool stagingInUse(const FabricState::StagingOwner& owner) {
+  std::shared_ptr<Tracker> t = owner.tracker.lock();
+  if (t == nullptr) return false;
+  std::lock_guard<std::mutex> lock(t->mutex);
+  // The queue posts in sequence order (writes are never held back), so a front at or before `seq` means it waits.
+  return t->outstanding.count(owner.seq) != 0 || (!t->queue.empty() && t->queue.front().seq <= owner.seq);
+}
+
+/// Takes `bytes` (at most kStagedChunkBytes) of the staging ring for a write of `t`, waiting for the oldest pieces'
+/// writes to complete while it is full, at most kPostTimeout. Returns the piece's offset. Call with stagingMutex held.
+uint64_t takeStagingLocked(FabricState* s, Tracker* t, uint64_t bytes) {
   const auto deadline = Clock::now() + kPostTimeout;
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(t->mutex);
-      if (!t->error.empty()) throwTrackerError(t);
-      bool queued = !t->queue.empty() && t->queue.front().seq <= seq;
-      if (t->outstanding.count(seq) == 0 && !queued) return;
-    }
+    s->stagingRing.release(stagingInUse);
+    if (const std::optional<uint64_t> at = s->stagingRing.room(bytes)) return *at;
     if (Clock::now() > deadline) {
-      throw Failure(weftTimeout, "libfabric transport: staged write to peer " + t->peerName + " did not complete in " +
-                                     std::to_string(kPostTimeout.count()) + " s");
+      std::shared_ptr<Tracker> oldest = s->stagingRing.oldest().owner.tracker.lock();
+      throw Failure(weftTimeout, "libfabric transport: staged write to peer " + t->peerName + ": the staging ring (" +
+                                     std::to_string(kStagingBytes >> 20) + " MiB) stayed full for " +
+                                     std::to_string(kPostTimeout.count()) + " s, its oldest piece on a write to peer " +
+                                     (oldest != nullptr ? oldest->peerName : std::string("?")) +
+                                     " that did not complete");
     }
-    waitStep(t->state);
+    waitStep(s);
   }
 }
 #endif
@@ -1953,22 +1975,24 @@ void stagedWrite(FabricState* s, Tracker* t, FabricRemote* dst, uint64_t dstOffs
   void* desc = fi_mr_desc(s->stagingMr);
   hipStream_t stream = stagingStreamLocked(s, src->gpuDevice);
   for (uint64_t done = 0; done < bytes;) {
-    const uint64_t n = std::min({bytes - done, kStagingBytes, s->chunkBytes});
-    hipError_t e = hipMemcpyAsync(s->staging, src->address + srcOffset + done, n, hipMemcpyDeviceToHost, stream);
+    const uint64_t n = std::min({bytes - done, kStagedChunkBytes, s->chunkBytes});
+    const uint64_t at = takeStagingLocked(s, t, n);
+    uint8_t* piece = static_cast<uint8_t*>(s->staging) + at;
+    hipError_t e = hipMemcpyAsync(piece, src->address + srcOffset + done, n, hipMemcpyDeviceToHost, stream);
     if (e == hipSuccess) e = hipStreamSynchronize(stream);
     if (e != hipSuccess) {
       throw Failure(weftSystemError,
                     std::string("libfabric transport: staging copy from GPU memory failed: ") + hipGetErrorString(e));
     }
-    uint64_t seq = 0;
     {
       std::unique_lock<std::mutex> lock(t->mutex);
       waitForRoom(t, lock, "fi_write (staged)");
-      seq = t->nextSeq;
-      enqueueLocked(t, QueuedOp{0, OpKind::kWrite, static_cast<uint8_t*>(s->staging), desc, n,
-                                dst->rmaBase + dstOffset + done, dst->key, 0});
+      const uint64_t seq = t->nextSeq;
+      // The last piece may carry the signal that follows as its CQ data, as an unstaged write does.
+      enqueueLocked(t, QueuedOp{0, OpKind::kWrite, piece, desc, n, dst->rmaBase + dstOffset + done, dst->key, 0},
+                    done + n == bytes);
+      s->stagingRing.take(at, n, FabricState::StagingOwner{t->self, seq});
     }
-    waitOp(t, seq);  // the bounce buffer is reused next: this chunk must have left it (and arrived)
     done += n;
   }
 #endif
