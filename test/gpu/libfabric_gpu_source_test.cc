@@ -28,15 +28,6 @@ using std::chrono::milliseconds;
 
 uint8_t pattern(uint64_t round, uint64_t i) { return static_cast<uint8_t>((i * 131 + round * 29 + 7) & 0xff); }
 
-Config fabricTcpConfig() {
-  Config c = Config::defaults();
-  c.transports[PeerClass::kSameProcess] = {"libfabric"};
-  c.transports[PeerClass::kSameHost] = {"libfabric"};
-  c.transportOptions["libfabric"]["provider"] = "tcp";
-  c.bootstrapTimeout = milliseconds(20000);
-  return c;
-}
-
 constexpr uint64_t kHeader = 64;  // the signal word at 0
 constexpr uint64_t kSizes[] = {1, 4097, (64 << 10) + 3, (1 << 20) + 5, (3 << 20) + 7, (9 << 20) + 11};
 constexpr uint64_t kMaxBytes = (9 << 20) + 11 + 8;
@@ -57,7 +48,7 @@ void waitSignal(Connection& conn, const uint8_t* host, uint64_t expected) {
 
 void gpuSourceRank(int rank, int size, const UniqueId& id) {
   checkGpu(hipSetDevice(0), "hipSetDevice");
-  Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), fabricTcpConfig());
+  Communicator comm(std::make_shared<TcpBootstrap>(rank, size, id, milliseconds(20000)), libfabricConfig("tcp"));
   const int peer = 1 - rank;
   std::shared_ptr<Connection> conn = comm.connect(peer, 1, MemoryKind::kGpu);
   ASSERT_EQ(conn->transport(), "libfabric");

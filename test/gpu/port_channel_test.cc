@@ -47,17 +47,6 @@ Config ipcConfig() {
   return c;
 }
 
-// libfabric tcp for every peer and both memory kinds: the port channel's connection is for GPU memory, and where
-// the provider has no FI_HMEM its semaphore counters are host memory imported over libfabric too.
-Config fabricTcpConfig() {
-  Config c = Config::defaults();
-  c.transports[PeerClass::kSameProcess] = {"libfabric"};
-  c.transports[PeerClass::kSameHost] = {"libfabric"};
-  c.transportOptions["libfabric"]["provider"] = "tcp";
-  c.bootstrapTimeout = milliseconds(20000);
-  return c;
-}
-
 constexpr uint64_t kPortBytes = (64 << 10) + 5;  // odd: the copy engine sees unaligned sizes
 constexpr int kPortRounds = 20;
 
@@ -210,7 +199,7 @@ TEST(PortChannelGpu, EveryMethodOverLibfabricTcpBetweenTwoProcesses) {
     GTEST_SKIP() << "the libfabric plugin was not built (no libfabric at build time)";
   UniqueId id = TcpBootstrap::createUniqueId("127.0.0.1");
   auto results = runRanks(
-      2, [&](int rank, int n) { portExerciseRank(rank, n, id, fabricTcpConfig()); }, std::chrono::seconds(120));
+      2, [&](int rank, int n) { portExerciseRank(rank, n, id, libfabricConfig("tcp")); }, std::chrono::seconds(120));
   WEFT_EXPECT_RANKS_OK(results);
 }
 
