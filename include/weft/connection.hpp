@@ -27,8 +27,8 @@ class Connection {
   void atomicAdd(const RegisteredMemory& dst, uint64_t dstOffset, uint64_t value);
 
   /// Returns once every earlier write and atomicAdd has completed; throws kTimeout after `timeout`. Some transports
-  /// (libfabric over tcp and shm) confirm delivery by asking the peer, so a peer should keep its connection open
-  /// until this side's last flush returned (a barrier before teardown).
+  /// (libfabric over tcp and shm) confirm delivery by asking the peer: its transport answers for 100 ms after this
+  /// side's last signal once it closes, and a barrier before teardown makes sure of it.
   void flush(std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
   /// Drives the transport's progress once from this thread and returns how many events it handled; 0 at once for

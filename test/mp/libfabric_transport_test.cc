@@ -561,6 +561,31 @@ TEST_P(LibfabricTransportTest, AFlushWaitingOnlyForThePeersAnswerSaysSo) {
   WEFT_EXPECT_RANKS_OK(results);
 }
 
+// The peer saw the last signal and closed at once; this side's flush, its read posted 10 ms after the signal, must
+// still be answered (finalize keeps the endpoint answering for a while after a peer's last signal). Failed before:
+// the read went unanswered and the flush timed out although the data had arrived.
+TEST_P(LibfabricTransportTest, APeerThatClosesRightAfterTheLastSignalStillAnswersTheFlush) {
+  const std::string provider = GetParam();
+  auto results = runPair(
+      provider, kHeader + 64, 64,
+      [&](int rank, Channel* ch, Pair& p) {
+        ch->sendValue(1);
+        ASSERT_EQ(ch->recvValue(), 1u);  // both connected and ready
+        if (rank == 1) {
+          waitCounter(p.inbox.get(), 1, 10s, "the last signal");
+          EXPECT_EQ(p.inbox.get()[kHeader], 0x6b);
+          return;  // closes at once: Pair's plugin finalizes
+        }
+        p.outbox.get()[0] = 0x6b;
+        p.conn.write(p.remote, kHeader, p.outReg, 0, 8);
+        p.conn.atomicAdd(p.remote, 0, 1);
+        std::this_thread::sleep_for(10ms);  // the peer is closing by now
+        p.conn.flush(5s);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
 TEST_P(LibfabricTransportTest, PeerKilledMidTransferGivesAnErrorNotAHang) {
   const std::string provider = GetParam();
   if (provider == "shm" && transport_support::usableCpus() < 8) {  // the plugin's kIsolateFromCpus
