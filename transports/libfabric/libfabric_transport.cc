@@ -60,7 +60,7 @@ thread_local std::string tLastError;
 constexpr uint32_t kFiVersion = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
 /// Largest piece of one write posted as one fi_write.
 constexpr uint64_t kMaxChunkBytes = uint64_t{4} << 20;
-/// How long a post may wait for room in the transmit queue, and a staged chunk for its completion.
+/// How long a post may wait for room in the transmit queue, and a staged piece for room in the staging ring.
 constexpr std::chrono::seconds kPostTimeout{10};
 /// Bytes of the pinned ring that stages GPU sources when the provider has no FI_HMEM, and the largest piece of a
 /// staged write: several pieces are on the wire while the next is copied, and a write returns once its bytes are
@@ -2117,7 +2117,7 @@ std::string flushTimeoutMessage(const Tracker* t, uint64_t last, std::chrono::mi
   for (uint64_t r : t->readRequests) queued += r <= last;
   for (const auto& q : t->held) held += q.seq <= last;
   std::string oldest;
-  if (!t->outstanding.empty()) {
+  if (!t->outstanding.empty() && t->outstanding.begin()->first <= last) {
     const Op* op = t->outstanding.begin()->second;
     oldest =
         "; the oldest posted: " + std::string(op->what) + " of " + std::to_string(op->bytes) + " B, " +
