@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <multi_process.hpp>
 #include <string>
 #include <thread>
@@ -486,25 +487,40 @@ TEST_P(LibfabricTransportTest, AtomicAddsFromBothSidesFinishOnBusyCores) {
   }
 }
 
-TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes) {
-  const std::string provider = GetParam();
-  constexpr uint64_t kBytes = 32 << 20;
+/// Rank 1 stops itself (SIGSTOP: its progress thread stops with it, nothing is received) with `bytes` of inbox after
+/// the header. Rank 0 runs `whileStopped` (writes, a signal, a flush that must time out), continues the peer and
+/// flushes again: the operations stayed pending and now complete. Rank 1 then waits for the signal and runs `check`.
+void againstAStoppedPeer(const std::string& provider, uint64_t bytes, const std::function<void(Pair&)>& whileStopped,
+                         const std::function<void(Pair&)>& check) {
   auto results = runPair(
-      provider, kHeader + kBytes, kBytes,
+      provider, kHeader + bytes, bytes,
       [&](int rank, Channel* ch, Pair& p) {
         if (rank == 1) {
           ch->sendValue(static_cast<uint64_t>(getpid()));
-          raise(SIGSTOP);  // the progress thread stops with us: nothing is received
+          raise(SIGSTOP);
           ASSERT_EQ(ch->recvValue(), 5u);
           waitCounter(p.inbox.get(), 1, 10s, "signal after continuing");
-          uint64_t wrong = 0;
-          for (uint64_t j = 0; j < kBytes; ++j) wrong += p.inbox.get()[kHeader + j] != pattern(0, kBytes, j);
-          EXPECT_EQ(wrong, 0u);
+          check(p);
           ch->sendValue(6);
           return;
         }
         auto peer = static_cast<pid_t>(ch->recvValue());
         std::this_thread::sleep_for(100ms);  // let it stop
+        whileStopped(p);
+        kill(peer, SIGCONT);
+        p.conn.flush(10s);
+        ch->sendValue(5);
+        EXPECT_EQ(ch->recvValue(), 6u);
+      },
+      30s);
+  WEFT_EXPECT_RANKS_OK(results);
+}
+
+TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes) {
+  constexpr uint64_t kBytes = 32 << 20;
+  againstAStoppedPeer(
+      GetParam(), kBytes,
+      [&](Pair& p) {
         for (uint64_t j = 0; j < kBytes; ++j) p.outbox.get()[j] = pattern(0, kBytes, j);
         p.conn.write(p.remote, kHeader, p.outReg, 0, kBytes);
         p.conn.atomicAdd(p.remote, 0, 1);
@@ -518,47 +534,29 @@ TEST_P(LibfabricTransportTest, FlushAgainstAStoppedPeerTimesOutAndLaterCompletes
         EXPECT_NE(msg.find("posted and not completed"), std::string::npos) << msg;
         EXPECT_NE(msg.find("signals held behind writes"), std::string::npos) << msg;
         EXPECT_NE(msg.find("the oldest posted: fi_"), std::string::npos) << msg;  // and which operation waits longest
-        kill(peer, SIGCONT);
-        p.conn.flush(10s);  // the operations stayed pending and now complete
-        ch->sendValue(5);
-        EXPECT_EQ(ch->recvValue(), 6u);
       },
-      30s);
-  WEFT_EXPECT_RANKS_OK(results);
+      [&](Pair& p) {
+        uint64_t wrong = 0;
+        for (uint64_t j = 0; j < kBytes; ++j) wrong += p.inbox.get()[kHeader + j] != pattern(0, kBytes, j);
+        EXPECT_EQ(wrong, 0u);
+      });
 }
 
 // A small write completes at the sender without the peer (inline or into the socket); only the read that confirms
 // it is at the peer waits for a peer that is stopped, or that closed its endpoint once it saw the last signal. The
 // timeout says so instead of leaving "1 posted" to guess at.
 TEST_P(LibfabricTransportTest, AFlushWaitingOnlyForThePeersAnswerSaysSo) {
-  const std::string provider = GetParam();
-  auto results = runPair(
-      provider, kHeader + 64, 64,
-      [&](int rank, Channel* ch, Pair& p) {
-        if (rank == 1) {
-          ch->sendValue(static_cast<uint64_t>(getpid()));
-          raise(SIGSTOP);
-          ASSERT_EQ(ch->recvValue(), 5u);
-          waitCounter(p.inbox.get(), 1, 10s, "signal after continuing");
-          EXPECT_EQ(p.inbox.get()[kHeader], 0x5a);
-          ch->sendValue(6);
-          return;
-        }
-        auto peer = static_cast<pid_t>(ch->recvValue());
-        std::this_thread::sleep_for(100ms);  // let it stop
+  againstAStoppedPeer(
+      GetParam(), 64,
+      [&](Pair& p) {
         p.outbox.get()[0] = 0x5a;
         p.conn.write(p.remote, kHeader, p.outReg, 0, 8);
         p.conn.atomicAdd(p.remote, 0, 1);
         std::string msg = errorOf(ErrorCode::kTimeout, [&] { p.conn.flush(500ms); });
         EXPECT_NE(msg.find("1 posted and not completed, 0 queued"), std::string::npos) << msg;
         EXPECT_NE(msg.find("the read that confirms delivery"), std::string::npos) << msg;
-        kill(peer, SIGCONT);
-        p.conn.flush(10s);
-        ch->sendValue(5);
-        EXPECT_EQ(ch->recvValue(), 6u);
       },
-      30s);
-  WEFT_EXPECT_RANKS_OK(results);
+      [&](Pair& p) { EXPECT_EQ(p.inbox.get()[kHeader], 0x5a); });
 }
 
 // The peer saw the last signal and closed at once; this side's flush, its read posted 10 ms after the signal, must

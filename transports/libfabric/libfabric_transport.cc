@@ -581,7 +581,6 @@ void applySignal(FabricState* s, uint64_t data) {
   const uint64_t id = data >> (kSignalWordBits + kSignalValueBits);
   const uint64_t offset = ((data >> kSignalValueBits) & kMaxSignalWord) * sizeof(uint64_t);
   const uint64_t value = data & kMaxSignalValue;
-  s->lastPeerSignalNs.store(steadyNs(), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(s->signalMutex);
     FabricRegion* r = id < s->signalTargets.size() ? s->signalTargets[id] : nullptr;
@@ -629,9 +628,14 @@ int progressOnce(FabricState* s) {
     if (n > 0) {
       // Peers' signals first: a loopback signal and its own local completion can share a batch, and a flush that
       // returns on the completion should find the add done.
+      bool signalled = false;
       for (ssize_t i = 0; i < n; ++i) {
-        if (entries[i].flags & FI_REMOTE_CQ_DATA) applySignal(s, entries[i].data);
+        if (entries[i].flags & FI_REMOTE_CQ_DATA) {
+          applySignal(s, entries[i].data);
+          signalled = true;
+        }
       }
+      if (signalled) s->lastPeerSignalNs.store(steadyNs(), std::memory_order_relaxed);  // one clock read a batch
       for (ssize_t i = 0; i < n; ++i) {
         if (!(entries[i].flags & FI_REMOTE_CQ_DATA) && entries[i].op_context != nullptr) {
           complete(static_cast<Op*>(entries[i].op_context), nullptr);
@@ -743,13 +747,16 @@ void progressLoop(FabricState* s) {
   s->progressExited.store(true);
 }
 
-/// Registers a new operation of `t` (caller holds t->mutex).
-Op* newOpLocked(Tracker* t, uint64_t seq, bool write) {
+/// Registers a new operation of `t`, `what` of `bytes`, posted now (caller holds t->mutex).
+Op* newOpLocked(Tracker* t, uint64_t seq, bool write, const char* what, uint64_t bytes) {
   auto op = std::make_unique<Op>();
   op->tracker = t->self.lock();
   if (op->tracker == nullptr) throw Failure(weftInternalError, "libfabric transport: operation on a freed tracker");
   op->seq = seq;
   op->write = write;
+  op->what = what;
+  op->bytes = bytes;
+  op->postedAt = Clock::now();
   t->outstanding[seq] = op.get();
   if (write) t->writes.insert(seq);
   return op.release();
@@ -841,10 +848,7 @@ bool postLocked(Tracker* t, const QueuedOp& q) {
     return false;
   }
   const bool write = q.kind == OpKind::kWrite || q.kind == OpKind::kWriteData;
-  Op* op = newOpLocked(t, q.seq, write);
-  op->what = opName(q.kind);
-  op->bytes = write ? q.bytes : sizeof(uint64_t);
-  op->postedAt = Clock::now();
+  Op* op = newOpLocked(t, q.seq, write, opName(q.kind), write ? q.bytes : sizeof(uint64_t));
   ssize_t rc = 0;
   {
     OutsideTrackerLock unlocked(t);
@@ -1370,10 +1374,7 @@ weftResult_t fabricInit(const weftHostServices_v1* host, uint64_t numOptions, co
 /// (-FI_EAGAIN): the caller retries. A refusal is recorded in t->error.
 bool postLandingReadLocked(Tracker* t, uint64_t seq) {
   FabricState* s = t->state;
-  Op* op = newOpLocked(t, seq, false);
-  op->what = kLandingReadName;
-  op->bytes = sizeof(uint64_t);
-  op->postedAt = Clock::now();
+  Op* op = newOpLocked(t, seq, false, kLandingReadName, sizeof(uint64_t));
   ssize_t rc = 0;
   {
     OutsideTrackerLock unlocked(t);
@@ -1409,6 +1410,15 @@ bool requestLandingReadLocked(Tracker* t, uint64_t seq) {
 bool readPendingLocked(const Tracker* t, uint64_t seq) {
   return t->outstanding.count(seq) != 0 ||
          std::find(t->readRequests.begin(), t->readRequests.end(), seq) != t->readRequests.end();
+}
+
+/// One step of a teardown wait: the progress thread, while it runs, does the work; else this thread drives progress.
+void teardownWaitStep(FabricState* s) {
+  if (s->progressThread && !s->progressExited.load()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  } else if (progressOnce(s) == 0) {
+    std::this_thread::yield();
+  }
 }
 
 /// Whether every peer this endpoint talked to answers an 8-byte read of its landing line within kTeardownProbe
@@ -1448,13 +1458,7 @@ bool everyPeerAnswers(FabricState* s, std::string* silent) {
     return n;
   };
   const auto deadline = Clock::now() + kTeardownProbe;
-  while (unanswered() > 0 && Clock::now() < deadline) {
-    if (s->progressThread) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else if (progressOnce(s) == 0) {
-      std::this_thread::yield();
-    }
-  }
+  while (unanswered() > 0 && Clock::now() < deadline) teardownWaitStep(s);
   for (auto& t : probes) {
     std::lock_guard<std::mutex> lock(t->mutex);
     if (!t->outstanding.empty()) *silent += (silent->empty() ? "" : ", ") + t->peerName;
@@ -1471,13 +1475,7 @@ void lingerForPeersFlushes(FabricState* s) {
   const int64_t last = s->lastPeerSignalNs.load(std::memory_order_relaxed);
   if (last == 0) return;
   const int64_t until = last + std::chrono::nanoseconds(kTeardownLinger).count();
-  while (steadyNs() < until) {
-    if (s->progressThread && !s->progressExited.load()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the thread answers
-    } else if (progressOnce(s) == 0) {
-      std::this_thread::yield();
-    }
-  }
+  while (steadyNs() < until) teardownWaitStep(s);
 }
 
 /// States finalize left open (see fabricFinalize); never destroyed, so a leak checker sees them reachable.
