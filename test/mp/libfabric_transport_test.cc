@@ -586,7 +586,7 @@ TEST_P(LibfabricTransportTest, APeerThatClosesRightAfterTheLastSignalStillAnswer
 
 TEST_P(LibfabricTransportTest, PeerKilledMidTransferGivesAnErrorNotAHang) {
   const std::string provider = GetParam();
-  if (provider == "shm" && transport_support::usableCpus() < 8) {  // the plugin's kIsolateFromCpus
+  if (provider == "shm" && transport_support::usableCpus() < 8) {  // the plugin's kSpareCpusFrom
     // Without isolate_provider (the default below 8 usable CPUs), a thread of ours that posts to a peer that died
     // holding the spin lock of its shm region spins forever (libfabric 1.17), and callers behind it wait on it:
     // CI's 2 cores hung here (docs/libfabric.md). shm+isolated runs this test on every host.
