@@ -706,6 +706,9 @@ void blockOnCq(FabricState* s, int timeoutMs, std::chrono::microseconds fallback
   s->progressSleeping.store(false);
 }
 
+/// A caller that drove progress this recently is polling it (see progressLoop).
+constexpr std::chrono::microseconds kCallerPolls{50};
+
 void progressLoop(FabricState* s) {
   // After the last completion, spin (yielding) for a moment, then block on the CQ's wait fd (tcp: its sockets), or
   // sleep where the provider has none: the target side of a transfer must move while its process is idle, without
@@ -717,14 +720,14 @@ void progressLoop(FabricState* s) {
   auto lastWork = Clock::now();
   uint32_t idle = 0;
   while (!s->stop.load(std::memory_order_relaxed)) {
-    // Where cores are to spare, stay out of the provider while a caller drives progress (a proxy thread polling for
+    // Where cores are to spare, stay out of the provider while a caller polls progress (a proxy thread idle between
     // triggers, a host waiter): reading the CQ beside it, the two contended for the provider's locks and took each
     // other's completions (a put+signal ping-pong over tcp on 16 cores: 9.2-10.2 us one way, 5.5-5.8 us resting).
-    // On 2 cores resting so cost 1.5-2.5 us instead: there the thread's few rounds after each rest (below) help.
-    // Work queued while that caller pauses (no call for 50 us) is posted here all the same.
-    if (s->restsBesideCallers && externalProgressRecent(s) &&
-        !(s->anyPending.load() && !externalProgressRecent(s, std::chrono::microseconds(50)))) {
-      std::this_thread::sleep_for(std::chrono::microseconds(250));
+    // Only while it polls (a call within 50 us): a proxy busy posting a stream calls less often, and completions
+    // then need this thread (resting through the whole grace period halved a GPU stream of 8-64 KB puts). On 2
+    // cores resting cost 1.5-2.5 us instead: there the thread's few rounds after each rest (below) help.
+    if (s->restsBesideCallers && externalProgressRecent(s, kCallerPolls)) {
+      std::this_thread::sleep_for(kCallerPolls);
       count(s->stats.rests);
       continue;
     }
@@ -1189,7 +1192,7 @@ void logProgressStats(const FabricState* s) {
   auto v = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
   logf(s, weftLogDebug,
        "libfabric transport stats (provider %s): posted %llu (fused put+signal %llu), -FI_EAGAIN %llu, at the "
-       "in-flight cap %llu; progress thread %llu rounds handling %llu completions, %llu yields, %llu rests of 250 us, "
+       "in-flight cap %llu; progress thread %llu rounds handling %llu completions, %llu yields, %llu rests, "
        "%llu blocks on the CQ for %llu us in all; callers %llu progress calls handling %llu, %llu wait steps",
        s->provider.c_str(), v(c.posted), v(c.fused), v(c.again), v(c.capped), v(c.threadRounds), v(c.threadHandled),
        v(c.yields), v(c.rests), v(c.blocks), v(c.blockedUs), v(c.callerRounds), v(c.callerHandled), v(c.waitSteps));
