@@ -724,7 +724,8 @@ void progressLoop(FabricState* s) {
     // triggers, a host waiter): reading the CQ beside it, the two contended for the provider's locks and took each
     // other's completions (a put+signal ping-pong over tcp on 16 cores: 9.2-10.2 us one way, 5.5-5.8 us resting).
     // Only while it polls (a call within 50 us): a proxy busy posting a stream calls less often, and completions
-    // then need this thread (resting through the whole grace period halved a GPU stream of 8-64 KB puts). On 2
+    // then need this thread. Resting through the whole 1 ms grace cut a GPU stream of 8-64 KB puts over tcp to
+    // 0.30-0.51x of the rate without resting; resting so still costs it 0.57-0.88x (docs/performance.md). On 2
     // cores resting cost 1.5-2.5 us instead: there the thread's few rounds after each rest (below) help.
     if (s->restsBesideCallers && externalProgressRecent(s, kCallerPolls)) {
       std::this_thread::sleep_for(kCallerPolls);
