@@ -15,6 +15,7 @@ struct BenchOptions {
   uint64_t stepFactor = 4;
   int iterations = 0;  ///< 0: choose per size so each size takes a few milliseconds
   int warmup = 5;
+  int rounds = 1;  ///< primitives' connection rows: weft and its floor alternate this many times, each keeps its best
   std::string jsonPath;  ///< "" for none, "-" for stdout
   bool check = true;
 

@@ -110,6 +110,11 @@ int main(int argc, char** argv) {
     sub->add_option("--json", options.jsonPath, "append one JSON line per row to this file (- for stdout)");
     sub->add_flag("!--no-check", options.check, "skip verifying the data that arrived");
   }
+  primitives
+      ->add_option("--rounds", options.rounds,
+                   "connection rows: weft and its floor take turns this many times per size, each keeping its best")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   weft::bench::CollectivesOptions collectivesOptions;
   auto* collectives = weft::bench::addCollectivesCommand(app, collectivesOptions);
   CLI11_PARSE(app, argc, argv);
