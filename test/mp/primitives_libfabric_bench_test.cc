@@ -47,10 +47,11 @@ class PrimitivesLibfabricBench : public ::testing::TestWithParam<std::string> {
 
 TEST_P(PrimitivesLibfabricBench, EveryRowBesideItsRawLoopNothingWrong) {
   const std::string provider = GetParam();
-  // Sizes 8 * 8^k up to 2 MiB: latency rows stop at 1 MiB, bandwidth rows go on.
+  // Sizes 8 * 8^k up to 2 MiB: latency rows stop at 1 MiB, bandwidth rows go on. Two rounds: weft and the raw loop
+  // take turns twice per size, and each size still makes one row per family.
   Result r = runShell("WEFT_TRANSPORTS_SAME_HOST=libfabric WEFT_TRANSPORT_LIBFABRIC_PROVIDER=" + provider + " " + kBin +
                       "/weft-run --timeout 120 -n 2 -- " + kBin +
-                      "/weft-bench primitives -b 8 -e 2M -f 8 -n 40 -w 4 --json " + json_);
+                      "/weft-bench primitives -b 8 -e 2M -f 8 -n 40 -w 4 --rounds 2 --json " + json_);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("over libfabric; floor: raw libfabric loop (provider " + provider), std::string::npos)
       << r.output;
