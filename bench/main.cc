@@ -89,13 +89,15 @@ int main(int argc, char** argv) {
       "primitives",
       "Connection put+signal/wait latency and put bandwidth between rank pairs (host memory), then the "
       "memory-channel and fifo figures");
+  auto* connection = app.add_subcommand(
+      "connection", "only the connection rows of primitives: put+signal/wait latency and put bandwidth (host memory)");
   auto* memoryChannel = app.add_subcommand(
       "memory-channel", "semaphore and LL8/LL16 packet ping-pong, MemoryChannel put bandwidth between rank pairs");
   auto* fifo = app.add_subcommand("fifo", "FIFO round trip and trigger rate (one producer, one proxy thread)");
   auto* gpu = app.add_subcommand("gpu",
                                  "GPU kernels on GPU memory between rank pairs: semaphore, LL8/LL16 and PortChannel "
                                  "ping-pong, PortChannel and MemoryChannel put bandwidth (sizes: multiples of 16)");
-  for (CLI::App* sub : {primitives, memoryChannel, fifo, gpu}) {
+  for (CLI::App* sub : {primitives, connection, memoryChannel, fifo, gpu}) {
     // K, M, G as in weft-bench collectives (and nccl-tests): `-e 64K` was refused here while collectives took it.
     sub->add_option("-b,--minbytes", options.minBytes, "smallest message in bytes (K, M, G suffixes: powers of 1024)")
         ->transform(CLI::AsSizeValue(false))
@@ -110,11 +112,12 @@ int main(int argc, char** argv) {
     sub->add_option("--json", options.jsonPath, "append one JSON line per row to this file (- for stdout)");
     sub->add_flag("!--no-check", options.check, "skip verifying the data that arrived");
   }
-  primitives
-      ->add_option("--rounds", options.rounds,
-                   "connection rows: weft and its floor take turns this many times per size, each keeping its best")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
+  for (CLI::App* sub : {primitives, connection}) {
+    sub->add_option("--rounds", options.rounds,
+                    "connection rows: weft and its floor take turns this many times per size, each keeping its best")
+        ->check(CLI::Range(1, 1000))
+        ->capture_default_str();
+  }
   weft::bench::CollectivesOptions collectivesOptions;
   auto* collectives = weft::bench::addCollectivesCommand(app, collectivesOptions);
   CLI11_PARSE(app, argc, argv);
@@ -131,7 +134,7 @@ int main(int argc, char** argv) {
       }
       options.sizes();  // validates the size range on every rank before any communication
       const bool all = primitives->parsed();
-      if (all) {
+      if (all || connection->parsed()) {
         reportPairs(*boot, weft::bench::runPrimitives(*boot, options), options,
                     "connection put (host memory; floor: memcpy into the same peer pages, raw flag)");
       }
