@@ -164,7 +164,8 @@ struct QueuedOp {
   uint64_t bytes;
   uint64_t address;  // target RMA address and key
   uint64_t key;
-  uint64_t value;  // kAtomic: the value to add; kSignalData: the encoded CQ data
+  uint64_t value;    // kAtomic: the value to add; kSignalData: the encoded CQ data
+  int64_t queuedNs;  // isolated states: when the caller queued it (steadyNs), for the statistics
 };
 
 /// The operations of one connection: what is in flight (by sequence number), what waits to be posted (in order),
@@ -307,6 +308,9 @@ struct FabricState {
     alignas(64) std::atomic<uint64_t> posted{0}, again{0}, capped{0}, fused{0};
     alignas(64) std::atomic<uint64_t> threadRounds{0}, threadHandled{0}, rests{0}, blocks{0}, blockedUs{0}, yields{0};
     alignas(64) std::atomic<uint64_t> callerRounds{0}, callerHandled{0}, waitSteps{0};
+    // Isolated states: operations the progress thread posted for callers, how long they waited in the queue and
+    // how long the provider calls took, in all.
+    alignas(64) std::atomic<uint64_t> handedOver{0}, handOverNs{0}, handedPostNs{0};
   } stats;
   uint64_t maxInFlight = 256;
 
@@ -867,11 +871,17 @@ bool postLocked(Tracker* t, const QueuedOp& q) {
   const bool write = q.kind == OpKind::kWrite || q.kind == OpKind::kWriteData;
   Op* op = newOpLocked(t, q.seq, write, opName(q.kind), write ? q.bytes : sizeof(uint64_t));
   ssize_t rc = 0;
+  const int64_t postedAt = s->isolated ? steadyNs() : 0;
   {
     OutsideTrackerLock unlocked(t);
     rc = write                           ? postWrite(s, t, op, q)
          : q.kind == OpKind::kSignalData ? postSignalData(s, t, op, q)
                                          : postAtomic(s, t, op, q);
+  }
+  if (s->isolated && rc == 0) {
+    count(s->stats.handedOver);
+    count(s->stats.handOverNs, static_cast<uint64_t>(postedAt - q.queuedNs));
+    count(s->stats.handedPostNs, static_cast<uint64_t>(steadyNs() - postedAt));
   }
   if (rc == -FI_EAGAIN) {  // connection being set up, or the provider out of room: progress retries it
     count(s->stats.again);
@@ -954,6 +964,7 @@ bool canFuseLocked(const Tracker* t) {
 void enqueueLocked(Tracker* t, QueuedOp q, bool combinable = false) {
   FabricState* s = t->state;
   q.seq = t->nextSeq++;
+  q.queuedNs = s->isolated ? steadyNs() : 0;
   if (t->tailDeferred) {
     t->tailDeferred = false;
     if (q.kind == OpKind::kSignalData && canFuseLocked(t)) {
@@ -1191,12 +1202,22 @@ void openSignalLines(FabricState* s) {
 void logProgressStats(const FabricState* s) {
   const auto& c = s->stats;
   auto v = [](const std::atomic<uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
+  std::string handOver;
+  if (s->isolated && c.handedOver.load() > 0) {
+    const double n = static_cast<double>(c.handedOver.load());
+    char text[160];
+    std::snprintf(text, sizeof(text), "; %llu posts handed to the thread, queued %.0f ns and posting %.0f ns each",
+                  v(c.handedOver), static_cast<double>(c.handOverNs.load()) / n,
+                  static_cast<double>(c.handedPostNs.load()) / n);
+    handOver = text;
+  }
   logf(s, weftLogDebug,
        "libfabric transport stats (provider %s): posted %llu (fused put+signal %llu), -FI_EAGAIN %llu, at the "
        "in-flight cap %llu; progress thread %llu rounds handling %llu completions, %llu yields, %llu rests, "
-       "%llu blocks on the CQ for %llu us in all; callers %llu progress calls handling %llu, %llu wait steps",
+       "%llu blocks on the CQ for %llu us in all; callers %llu progress calls handling %llu, %llu wait steps%s",
        s->provider.c_str(), v(c.posted), v(c.fused), v(c.again), v(c.capped), v(c.threadRounds), v(c.threadHandled),
-       v(c.yields), v(c.rests), v(c.blocks), v(c.blockedUs), v(c.callerRounds), v(c.callerHandled), v(c.waitSteps));
+       v(c.yields), v(c.rests), v(c.blocks), v(c.blockedUs), v(c.callerRounds), v(c.callerHandled), v(c.waitSteps),
+       handOver.c_str());
 }
 
 /// States left open until the process ends (abandonState).
@@ -2029,7 +2050,7 @@ void stagedWrite(FabricState* s, Tracker* t, FabricRemote* dst, uint64_t dstOffs
       waitForRoom(t, lock, "fi_write (staged)");
       const uint64_t seq = t->nextSeq;
       // The last piece may carry the signal that follows as its CQ data, as an unstaged write does.
-      enqueueLocked(t, QueuedOp{0, OpKind::kWrite, piece, desc, n, dst->rmaBase + dstOffset + done, dst->key, 0},
+      enqueueLocked(t, QueuedOp{0, OpKind::kWrite, piece, desc, n, dst->rmaBase + dstOffset + done, dst->key, 0, 0},
                     done + n == bytes);
       s->stagingRing.take(at, n, FabricState::StagingOwner{t->self, seq});
     }
@@ -2060,7 +2081,7 @@ weftResult_t fabricWrite(void* connection, void* dstRemote, uint64_t dstOffset, 
         waitForRoom(t, lock, "fi_write");
         enqueueLocked(t,
                       QueuedOp{0, OpKind::kWrite, src->address + srcOffset + done, src->desc, n,
-                               dst->rmaBase + dstOffset + done, dst->key, 0},
+                               dst->rmaBase + dstOffset + done, dst->key, 0, 0},
                       done + n == bytes);
       }
       done += n;
@@ -2084,10 +2105,11 @@ weftResult_t fabricAtomicAdd(void* connection, void* dstRemote, uint64_t dstOffs
     const uint64_t word = dstOffset / sizeof(uint64_t);
     const bool asData = s->signalPath != SignalPath::kAtomic && t->peerLanding && dst->signalId != 0 &&
                         word <= kMaxSignalWord && value <= kMaxSignalValue;
-    QueuedOp op{0, OpKind::kAtomic, nullptr, nullptr, 0, address, dst->key, value};
+    QueuedOp op{0, OpKind::kAtomic, nullptr, nullptr, 0, address, dst->key, value, 0};
     if (asData) {
       op = QueuedOp{0, OpKind::kSignalData,   nullptr,           nullptr,
-                    0, t->peerLandingAddress, t->peerLandingKey, encodeSignal(dst->signalId, word, value)};
+                    0, t->peerLandingAddress, t->peerLandingKey, encodeSignal(dst->signalId, word, value),
+                    0};
     }
     uint64_t seq = 0;
     {
